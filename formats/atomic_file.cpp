@@ -1,0 +1,73 @@
+#include "formats/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "formats/error.h"
+
+namespace bonsai {
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  std::vector<char> tmpl(path_.begin(), path_.end());
+  const char suffix[] = ".tmp.XXXXXX";
+  tmpl.insert(tmpl.end(), suffix, suffix + sizeof suffix);  // includes the NUL
+  fd_ = ::mkstemp(tmpl.data());
+  if (fd_ < 0) fail(path_, "cannot create output: ", std::strerror(errno));
+  tmp_ = tmpl.data();
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+  }
+}
+
+void AtomicFile::write(const void* data, uint64_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd_, p, n > (1u << 30) ? (1u << 30) : size_t(n));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail(path_, "write failed: ", std::strerror(errno));
+    }
+    p += w;
+    n -= uint64_t(w);
+    offset_ += uint64_t(w);
+  }
+}
+
+void AtomicFile::pad_to(uint64_t alignment) {
+  static const uint8_t zeros[256] = {};
+  while (offset_ % alignment) {
+    const uint64_t k = alignment - offset_ % alignment;
+    write(zeros, k < sizeof zeros ? k : sizeof zeros);
+  }
+}
+
+void AtomicFile::commit() {
+  if (::fsync(fd_) != 0) fail(path_, "fsync failed: ", std::strerror(errno));
+  // mkstemp makes 0600; outputs are ordinary files.
+  const mode_t um = ::umask(0);
+  ::umask(um);
+  ::fchmod(fd_, 0666 & ~um);
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    ::unlink(tmp_.c_str());
+    fail(path_, "close failed: ", std::strerror(errno));
+  }
+  fd_ = -1;
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp_.c_str());
+    fail(path_, "cannot rename the finished output into place: ", std::strerror(e));
+  }
+}
+
+}  // namespace bonsai

@@ -1,0 +1,29 @@
+// Writes a file so that a crash never leaves a half-written output under the final name: the
+// bytes go to a temporary file beside it, are flushed to disk, and replace the final name by
+// rename() only in commit(). Without commit() (an exception, a failed write) the temporary is
+// removed and nothing that existed is touched.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace bonsai {
+
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path);  // Error when the folder is not writable
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, uint64_t n);  // Error naming the final path (e.g. disk full)
+  void pad_to(uint64_t alignment);           // zero bytes up to a multiple of alignment
+  uint64_t offset() const { return offset_; }
+  void commit();                             // fsync + rename; Error on failure
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+  uint64_t offset_ = 0;
+};
+
+}  // namespace bonsai

@@ -1,0 +1,65 @@
+#include "support.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+
+namespace bonsai::test {
+
+std::filesystem::path shared_dir() {
+  if (const char* e = std::getenv("BONSAI_SHARED_DIR"); e && *e) return e;
+  return BONSAI_DEFAULT_SHARED_DIR;
+}
+
+std::filesystem::path shared_file(const std::string& rel) { return shared_dir() / rel; }
+
+bool have_shared(const std::string& rel) { return std::filesystem::exists(shared_file(rel)); }
+
+std::filesystem::path scratch_dir() {
+  static int counter = 0;
+  auto base = std::filesystem::temp_directory_path() /
+              ("bonsai-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base);
+  static std::vector<std::filesystem::path> made;
+  made.push_back(base);
+  static struct Cleanup {
+    ~Cleanup() {
+      std::error_code ec;
+      for (auto& p : made) std::filesystem::remove_all(p, ec);
+    }
+  } cleanup;
+  return base;
+}
+
+std::vector<uint8_t> read_bytes(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot read " + p.string());
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const std::filesystem::path& p, const std::vector<uint8_t>& bytes) {
+  std::ofstream f(p, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  if (!f) throw std::runtime_error("cannot write " + p.string());
+}
+
+int run_bonsai(const std::string& args, std::string* out) {
+  const std::string cmd = std::string(BONSAI_BINARY) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  std::array<char, 4096> buf{};
+  out->clear();
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out->append(buf.data(), n);
+  const int st = ::pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+}  // namespace bonsai::test

@@ -1,0 +1,28 @@
+// Where tests find their fixtures and scratch space.
+#pragma once
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace bonsai::test {
+
+// BONSAI_SHARED_DIR, else the shared/ folder beside the project root.
+std::filesystem::path shared_dir();
+// A fixture under shared_dir(); the test is skipped (GTEST_SKIP in the caller) when absent.
+std::filesystem::path shared_file(const std::string& rel);
+bool have_shared(const std::string& rel);
+// A fresh empty folder for this test, removed at exit.
+std::filesystem::path scratch_dir();
+std::vector<uint8_t> read_bytes(const std::filesystem::path& p);
+void write_bytes(const std::filesystem::path& p, const std::vector<uint8_t>& bytes);
+// Runs the bonsai binary with the given arguments; returns exit status, stdout+stderr in *out.
+int run_bonsai(const std::string& args, std::string* out);
+
+}  // namespace bonsai::test
+
+// Skips the current test when a shared fixture is missing (the product works without shared/;
+// the tests that measure against it need it).
+#define BONSAI_REQUIRE_SHARED(rel)                                                     \
+  do {                                                                                 \
+    if (!::bonsai::test::have_shared(rel)) GTEST_SKIP() << "fixture missing: " << rel; \
+  } while (0)
