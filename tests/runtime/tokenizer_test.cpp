@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/error.h"
+#include "formats/gguf.h"
 #include "formats/hf_model.h"
 #include "runtime/tokenizer.h"
 #include "support.h"
@@ -24,6 +25,9 @@ using test::shared_file;
 
 constexpr const char* kQwenJson = "tokenizers/qwen3/tokenizer.json";
 constexpr const char* kVocabDir = "tokenizers/llamacpp-vocab/";
+constexpr const char* kQwenGguf = "tokenizers/qwen3/qwen3-vocab.gguf";
+constexpr const char* kSpmGguf = "tokenizers/llamacpp-vocab/ggml-vocab-llama-spm.gguf";
+constexpr const char* kStories = "models/stories260K/stories260K.gguf";
 
 std::string read_text(const std::filesystem::path& p) {
   const auto b = read_bytes(p);
@@ -64,6 +68,11 @@ Metadata qwen3_hf_metadata() {
 const Tokenizer& qwen3() {
   static const std::unique_ptr<Tokenizer> tok = Tokenizer::from_metadata(qwen3_hf_metadata(), kQwenJson);
   return *tok;
+}
+
+std::unique_ptr<Tokenizer> from_gguf(const std::string& rel) {
+  const std::string path = shared_file(rel).string();
+  return Tokenizer::from_metadata(read_gguf(path).meta, path);
 }
 
 void expect_vectors(const Tokenizer& tok, const std::string& inp, const std::string& out) {
@@ -107,6 +116,35 @@ TEST(HfTokenizer, Qwen3KeysAsConvertHfToGguf) {
   EXPECT_EQ(meta.get_bool("tokenizer.ggml.add_bos_token"), false);
   ASSERT_TRUE(meta.has("tokenizer.chat_template"));
   EXPECT_NE(meta.get_str("tokenizer.chat_template")->find("<|im_start|>"), std::string::npos);
+}
+
+// What llama.cpp's own conversion wrote (qwen3-vocab.gguf, made with gguf-py from the same two
+// files) is what add_hf_tokenizer writes, key for key; only bos_token_id came from config.json.
+TEST(HfTokenizer, SameKeysAsLlamaCppVocabGguf) {
+  BONSAI_REQUIRE_SHARED(kQwenJson);
+  BONSAI_REQUIRE_SHARED(kQwenGguf);
+  const Metadata ours = qwen3_hf_metadata();
+  const Metadata theirs = read_gguf(shared_file(kQwenGguf).string()).meta;
+  size_t compared = 0;
+  for (const auto& [key, value] : theirs.items()) {
+    if (!key.starts_with("tokenizer.") || key == "tokenizer.ggml.bos_token_id") continue;
+    const KvValue* mine = ours.find(key);
+    ASSERT_NE(mine, nullptr) << key;
+    EXPECT_TRUE(*mine == value) << key << ": " << kv_to_string(*mine) << " vs " << kv_to_string(value);
+    ++compared;
+  }
+  EXPECT_EQ(compared, 9u);
+  for (const auto& [key, value] : ours.items()) EXPECT_TRUE(theirs.has(key)) << key << " not in the llama.cpp file";
+}
+
+TEST(BpeTokenizer, Qwen2VectorsFromVocabGguf) {
+  BONSAI_REQUIRE_SHARED(kQwenGguf);
+  BONSAI_REQUIRE_SHARED(std::string(kVocabDir) + "ggml-vocab-qwen2.gguf.out");
+  const auto tok = from_gguf(kQwenGguf);
+  expect_vectors(*tok, std::string(kVocabDir) + "ggml-vocab-qwen2.gguf.inp",
+                 std::string(kVocabDir) + "ggml-vocab-qwen2.gguf.out");
+  EXPECT_EQ(tok->bos(), 151643);  // config.json's, stored by the llama.cpp conversion
+  EXPECT_FALSE(tok->add_bos_default());
 }
 
 TEST(BpeTokenizer, Qwen2VectorsFromTokenizerJson) {
@@ -217,6 +255,67 @@ TEST(BpeTokenizer, ChineseCorporaRoundTrip) {
   EXPECT_EQ(files, 4u);
   EXPECT_LT(s, 20.0) << "round trip of the zh corpora took " << s << " s";
   std::cout << "zh corpora round trip: " << files << " files in " << s << " s\n";
+}
+
+TEST(SpmTokenizer, LlamaSpmVectors) {
+  BONSAI_REQUIRE_SHARED(kSpmGguf);
+  const auto tok = from_gguf(kSpmGguf);
+  EXPECT_EQ(tok->model(), "llama");
+  EXPECT_EQ(tok->n_vocab(), 32000);
+  expect_vectors(*tok, std::string(kVocabDir) + "ggml-vocab-llama-spm.gguf.inp",
+                 std::string(kVocabDir) + "ggml-vocab-llama-spm.gguf.out");
+}
+
+TEST(SpmTokenizer, BosSpecialTokensAndDecode) {
+  BONSAI_REQUIRE_SHARED(kSpmGguf);
+  const auto tok = from_gguf(kSpmGguf);
+  EXPECT_EQ(tok->bos(), 1);
+  EXPECT_EQ(tok->eos(), 2);
+  EXPECT_TRUE(tok->add_bos_default());
+  const auto plain = tok->encode("Hello world", false, false);
+  auto with_bos = tok->encode("Hello world", true, false);
+  ASSERT_EQ(with_bos.size(), plain.size() + 1);
+  EXPECT_EQ(with_bos[0], 1);
+  EXPECT_TRUE(std::equal(plain.begin(), plain.end(), with_bos.begin() + 1));
+  EXPECT_EQ(tok->piece(plain[0]), " Hello");  // the dummy prefix, U+2581 shown as a space
+  EXPECT_EQ(tok->decode(plain), "Hello world");
+  // After BOS llama.cpp keeps the prefix space (llama-completion prints " Once upon a time").
+  EXPECT_EQ(tok->decode(with_bos), " Hello world");
+  EXPECT_EQ(tok->piece(1), "<s>");
+  // "<s>" is a control token: parsed only with parse_special, and the text after it gets its
+  // own dummy prefix, as in llama.cpp.
+  const auto parsed = tok->encode("<s>Hello world", false, true);
+  EXPECT_EQ(parsed, with_bos);
+  EXPECT_NE(tok->encode("<s>Hello world", false, false), with_bos);
+  // Byte fallback: a character outside the vocabulary becomes its UTF-8 bytes.
+  const std::string rare = "\xF0\x9F\xA6\x99";  // U+1F999
+  const auto ids = tok->encode(rare, false, false);
+  ASSERT_EQ(ids.size(), 5u);  // "▁" then four <0xNN>
+  EXPECT_EQ(tok->piece(ids[1]), "\xF0");
+  EXPECT_EQ(tok->decode(ids), rare);
+  EXPECT_TRUE(tok->encode("", false, false).empty());
+}
+
+TEST(SpmTokenizer, Stories260KTinyStoriesExact) {
+  const std::string txt = "corpora/en/tinystories_validation_100.txt";
+  const std::string ref = "models/stories260K/tinystories_validation_100.tok512.ids.txt";
+  BONSAI_REQUIRE_SHARED(kStories);
+  BONSAI_REQUIRE_SHARED(txt);
+  BONSAI_REQUIRE_SHARED(ref);
+  const auto tok = from_gguf(kStories);
+  EXPECT_EQ(tok->n_vocab(), 512);
+  EXPECT_EQ(tok->bos(), 1);  // stores 0xFFFFFFFF for sep/pad ids: ignored, as llama.cpp does
+  const std::string text = read_text(shared_file(txt));
+  std::vector<int32_t> want;
+  std::istringstream in(read_text(shared_file(ref)));
+  for (int32_t id; in >> id;) want.push_back(id);
+  ASSERT_EQ(want.size(), 26630u);
+  const auto got = tok->encode(text, tok->add_bos_default(), false);
+  ASSERT_EQ(got.size(), want.size());
+  size_t first_diff = 0;
+  while (first_diff < got.size() && got[first_diff] == want[first_diff]) ++first_diff;
+  EXPECT_EQ(first_diff, got.size()) << "first difference at token " << first_diff;
+  EXPECT_EQ(tok->decode(std::span(got).subspan(1)), text);
 }
 
 // A tiny byte-level tokenizer.json: the 256 byte code points, a few merges, Qwen2's regex.
