@@ -92,9 +92,16 @@ bool looks_special(const std::string& t) {
          wraps("<\xEF\xBD\x9C", "\xEF\xBD\x9C>") /* <｜ ... ｜> */ || wraps("<unused", ">");
 }
 
+// Builds a new string rather than replacing in place (GCC 12 warns falsely on
+// std::string::replace here).
 void replace_all(std::string& s, std::string_view from, std::string_view to) {
-  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size())
-    s.replace(pos, from.size(), to);
+  if (s.find(from) == std::string::npos) return;
+  std::string out;
+  size_t pos = 0;
+  for (size_t m; (m = s.find(from, pos)) != std::string::npos; pos = m + from.size())
+    out.append(s, pos, m - pos).append(to);
+  out.append(s, pos);
+  s = std::move(out);
 }
 
 // One merge as llama.cpp stores it: "a b". Pair-form merges (transformers >= 4.45) may hold
@@ -185,18 +192,21 @@ void add_hf_tokenizer(const std::string& tokenizer_json_path, int64_t n_vocab, M
   // id -> text from the model vocab, then the added tokens (which win on a shared id).
   const json* vocab = member(*model, "vocab");
   if (!vocab || !vocab->is_object()) fail(path, "model.vocab is not an object");
+  // Ids and n_vocab size the arrays below: nothing far beyond the entries the file holds.
+  const uint64_t max_size = 4 * uint64_t(vocab->size() + 1024);
+  if (n_vocab > 0 && uint64_t(n_vocab) > max_size)
+    fail(path, "vocabulary size ", n_vocab, " is far beyond the ", vocab->size(), " entries of model.vocab");
   std::vector<std::string> by_id;
   std::vector<int32_t> types;
   int64_t max_id = -1;
   auto slot = [&](const json& idv, const std::string& what) -> int64_t {
     if (!idv.is_number_integer()) fail(path, what, ": id is not an integer");
     const int64_t id = idv.get<int64_t>();
-    // Ids bound the arrays below: reject anything a vocab of this file's size cannot hold.
-    if (id < 0 || id > int64_t(INT32_MAX) || (n_vocab > 0 && id >= n_vocab))
+    if (id < 0 || (n_vocab > 0 && id >= n_vocab))
       fail(path, what, ": id ", id, " is outside the vocabulary (size ", n_vocab, ")");
+    if (uint64_t(id) >= max_size)
+      fail(path, what, ": id ", id, " is far beyond the ", vocab->size(), " entries of model.vocab");
     if (size_t(id) >= by_id.size()) {
-      if (uint64_t(id) > 4 * uint64_t(vocab->size() + 1024))
-        fail(path, what, ": id ", id, " is far beyond the ", vocab->size(), " vocab entries");
       by_id.resize(size_t(id) + 1);
       types.resize(size_t(id) + 1, kUnused);
     }
