@@ -326,7 +326,12 @@ TEST(SpmTokenizer, Stories260KTinyStoriesExact) {
 }
 
 // A tiny byte-level tokenizer.json: the 256 byte code points, a few merges, Qwen2's regex.
-nlohmann::json tiny_tokenizer_json(bool pair_merges) {
+constexpr const char* kQwen2Split =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kLlama3Split =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+nlohmann::json tiny_tokenizer_json(bool pair_merges, const char* split = kQwen2Split) {
   nlohmann::json vocab = nlohmann::json::object();
   std::vector<std::string> byte_text(256);
   int32_t id = 0;
@@ -342,9 +347,10 @@ nlohmann::json tiny_tokenizer_json(bool pair_merges) {
     vocab[s] = id++;
   }
   const std::string G = "\xC4\xA0";  // Ġ, the space
-  for (const std::string& t : std::vector<std::string>{"he", "ll", "hell", "hello", G + "w", G + "wo"}) vocab[t] = id++;
-  std::vector<std::pair<std::string, std::string>> merges = {{"h", "e"}, {"l", "l"}, {"he", "ll"},
-                                                             {"hell", "o"}, {G, "w"}, {G + "w", "o"}};
+  for (const std::string& t : std::vector<std::string>{"he", "ll", "hell", "hello", G + "w", G + "wo", "12", "123"})
+    vocab[t] = id++;
+  std::vector<std::pair<std::string, std::string>> merges = {
+      {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {G, "w"}, {G + "w", "o"}, {"1", "2"}, {"12", "3"}};
   nlohmann::json m = nlohmann::json::array();
   for (const auto& [a, b] : merges) {
     if (pair_merges) m.push_back({a, b});
@@ -358,9 +364,7 @@ nlohmann::json tiny_tokenizer_json(bool pair_merges) {
       {"type", "Sequence"},
       {"pretokenizers",
        {{{"type", "Split"},
-         {"pattern",
-          {{"Regex",
-            R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}}},
+         {"pattern", {{"Regex", split}}},
          {"behavior", "Isolated"}},
         {{"type", "ByteLevel"}}}}};
   return j;
@@ -379,7 +383,7 @@ TEST(HfTokenizer, MergesAsStringsOrPairsAndTinyEncode) {
   add_hf_tokenizer(write_json(dir / "pairs", tiny_tokenizer_json(true)), 0, a);
   add_hf_tokenizer(write_json(dir / "strings", tiny_tokenizer_json(false)), 300, b);
   EXPECT_EQ(a.get_strings("tokenizer.ggml.merges"), b.get_strings("tokenizer.ggml.merges"));
-  EXPECT_EQ(a.get_strings("tokenizer.ggml.tokens")->size(), 256u + 6 + 2);  // n_vocab 0: as many as ids
+  EXPECT_EQ(a.get_strings("tokenizer.ggml.tokens")->size(), 256u + 8 + 2);  // n_vocab 0: as many as ids
   EXPECT_EQ(b.get_strings("tokenizer.ggml.tokens")->size(), 300u);
   EXPECT_FALSE(a.has("tokenizer.ggml.eos_token_id"));  // no tokenizer_config.json beside it
   const auto tok = Tokenizer::from_metadata(b, "tiny");
@@ -388,7 +392,7 @@ TEST(HfTokenizer, MergesAsStringsOrPairsAndTinyEncode) {
   ASSERT_EQ(ids.size(), 6u);
   EXPECT_EQ(tok->piece(ids[0]), "hello");
   EXPECT_EQ(tok->piece(ids[1]), " wo");
-  EXPECT_EQ(ids[5], 263);
+  EXPECT_EQ(ids[5], 265);
   EXPECT_EQ(tok->decode(ids), "hello world<x>");
 }
 
@@ -399,12 +403,32 @@ TEST(HfTokenizer, ConfigBesideGivesSpecialIds) {
                    {"chat_template", "{{ messages }}"}}, "tokenizer_config.json");
   Metadata meta;
   add_hf_tokenizer(path, 0, meta);
-  EXPECT_EQ(meta.get_int("tokenizer.ggml.bos_token_id"), 262);
-  EXPECT_EQ(meta.get_int("tokenizer.ggml.eos_token_id"), 262);
+  EXPECT_EQ(meta.get_int("tokenizer.ggml.bos_token_id"), 264);
+  EXPECT_EQ(meta.get_int("tokenizer.ggml.eos_token_id"), 264);
   EXPECT_EQ(meta.get_bool("tokenizer.ggml.add_bos_token"), true);
   EXPECT_EQ(meta.get_str("tokenizer.chat_template"), "{{ messages }}");
   const auto tok = Tokenizer::from_metadata(meta, path);
-  EXPECT_EQ(tok->encode("he", true, false), (std::vector<int32_t>{262, 256}));
+  EXPECT_EQ(tok->encode("he", true, false), (std::vector<int32_t>{264, 256}));
+}
+
+// The Llama-3 regex takes digits three at a time (Qwen2's one at a time), and llama.cpp cleans
+// spaces before punctuation when decoding a Llama-3 vocabulary (the full Llama 3 tokenizer.json
+// is not among the fixtures; llama.cpp's llama-bpe vectors pass with it).
+TEST(HfTokenizer, Llama3PreTokenizer) {
+  const auto dir = test::scratch_dir();
+  Metadata q, l;
+  add_hf_tokenizer(write_json(dir / "qwen", tiny_tokenizer_json(true)), 0, q);
+  add_hf_tokenizer(write_json(dir / "llama", tiny_tokenizer_json(true, kLlama3Split)), 0, l);
+  EXPECT_EQ(q.get_str("tokenizer.ggml.pre"), "qwen2");
+  EXPECT_EQ(l.get_str("tokenizer.ggml.pre"), "llama-bpe");
+  const auto qt = Tokenizer::from_metadata(q, "qwen"), lt = Tokenizer::from_metadata(l, "llama");
+  EXPECT_EQ(qt->encode("1234", false, false), (std::vector<int32_t>{'1', '2', '3', '4'}));
+  EXPECT_EQ(lt->encode("1234", false, false), (std::vector<int32_t>{263, '4'}));
+  EXPECT_TRUE(lt->add_bos_default());  // llama.cpp's default for llama-bpe
+  EXPECT_FALSE(qt->add_bos_default());
+  const auto ids = qt->encode("he ll , he's", false, false);
+  EXPECT_EQ(qt->decode(ids), "he ll , he's");
+  EXPECT_EQ(lt->decode(ids), "he ll, he's");
 }
 
 // The Error names the file and says what is wrong.
