@@ -69,7 +69,8 @@ HfConfig read_hf_config(const std::string& path) {
   c.max_position_embeddings = need_count(path, cfg, "max_position_embeddings");
   c.num_kv_heads = get_count(path, cfg, "num_key_value_heads").value_or(c.num_heads);
   if (c.num_heads % c.num_kv_heads != 0)
-    fail(path, "num_attention_heads ", c.num_heads, " is not a multiple of num_key_value_heads ", c.num_kv_heads);
+    fail(path, "num_attention_heads ", c.num_heads, " is not a multiple of num_key_value_heads ",
+         c.num_kv_heads);
   if (auto hd = get_count(path, cfg, "head_dim")) {
     c.head_dim = *hd;
   } else {

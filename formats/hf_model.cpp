@@ -89,7 +89,8 @@ Arch arch_of(const std::string& a) {
 // Rotary buffers some exports include; llama.cpp recomputes them from rope.freq_base.
 bool is_skipped(const std::string& name) {
   const std::string suffix = "rotary_emb.inv_freq";
-  return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return name.size() >= suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // "model.layers.N.<rest>": N (decimal, no leading zeros) and rest; nullopt for other names.
@@ -141,12 +142,13 @@ struct Mapped {
 }  // namespace
 
 TensorSet open_hf_model(const std::string& dir) {
-  if (!fs::is_directory(dir)) fail(dir, "not a folder (a Hugging Face model is a folder)");
+  std::error_code ec;  // the non-throwing forms: an unreadable path is just "not there"
+  if (!fs::is_directory(dir, ec)) fail(dir, "not a folder (a Hugging Face model is a folder)");
   const fs::path d(dir);
   const HfConfig cfg = read_hf_config((d / "config.json").string());
   std::string weights;
   for (const char* f : {"model.safetensors", "model.safetensors.index.json"})
-    if (weights.empty() && fs::exists(d / f)) weights = (d / f).string();
+    if (weights.empty() && fs::exists(d / f, ec)) weights = (d / f).string();
   if (weights.empty()) fail(dir, "holds neither model.safetensors nor model.safetensors.index.json");
   const auto src = std::make_shared<TensorSet>(read_safetensors(weights));
 
@@ -169,8 +171,8 @@ TensorSet open_hf_model(const std::string& dir) {
       for (size_t i = 0; i < kNumLayer; ++i)
         if (layer->second == kLayer[i].hf) slot = &kLayer[i], seen_at = i;
       if (slot && layer->first >= cfg.num_layers)
-        fail(dir, "tensor '", t.name, "' is in layer ", layer->first, ", but config.json has ", cfg.num_layers,
-             " layers");
+        fail(dir, "tensor '", t.name, "' is in layer ", layer->first, ", but config.json has ",
+             cfg.num_layers, " layers");
       if (slot) {
         seen_at += kNumTop + size_t(layer->first) * kNumLayer;
         m = {{1, layer->first, size_t(slot - kLayer)}, cat("blk.", layer->first, ".", slot->gg), &t, slot};
@@ -244,7 +246,7 @@ TensorSet open_hf_model(const std::string& dir) {
   meta.set_u32("general.file_type", file_type_of(dominant));
 
   const fs::path tok = d / "tokenizer.json";
-  if (fs::exists(tok)) add_hf_tokenizer(tok.string(), cfg.vocab_size, meta);
+  if (fs::exists(tok, ec)) add_hf_tokenizer(tok.string(), cfg.vocab_size, meta);
   return out;
 }
 

@@ -4,9 +4,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace bonsai {
 
@@ -16,8 +15,7 @@ namespace bonsai {
 nlohmann::json parse_json(const std::string& path, const uint8_t* data, size_t n, int max_depth = 32);
 
 // Maps and parses a whole file of at most max_bytes.
-nlohmann::json read_json_file(const std::string& path, uint64_t max_bytes = 100u << 20,
-                              int max_depth = 32);
+nlohmann::json read_json_file(const std::string& path, uint64_t max_bytes = 100u << 20, int max_depth = 32);
 
 // The kind of a JSON value in words ("a string", "an array", ...) for error messages.
 const char* json_kind(const nlohmann::json& j);

@@ -83,8 +83,8 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
   if (out.begin > out.end)
     fail(path, "tensor '", name, "': data_offsets [", out.begin, ", ", out.end, "] run backwards");
   if (out.end > data_size)
-    fail(path, "tensor '", name, "': data_offsets end ", out.end, " is past the data section (",
-         data_size, " bytes)");
+    fail(path, "tensor '", name, "': data_offsets end ", out.end, " is past the data section (", data_size,
+         " bytes)");
   if (out.end - out.begin != nbytes)
     fail(path, "tensor '", name, "': data_offsets cover ", out.end - out.begin, " bytes, but ", dtype,
          " shape ", shape->dump(), " needs ", nbytes);
@@ -100,7 +100,8 @@ void read_file(const std::string& path, TensorSet& set) {
   if (size < 8) fail(path, "file of ", size, " bytes is too small for a safetensors header");
   const uint64_t n = read_u64le(file->data());
   if (n > size - 8) fail(path, "header length ", n, " is past the end of the file (", size, " bytes)");
-  if (n > kMaxHeaderBytes) fail(path, "header length ", n, " is larger than the ", kMaxHeaderBytes, " allowed");
+  if (n > kMaxHeaderBytes)
+    fail(path, "header length ", n, " is larger than the ", kMaxHeaderBytes, " allowed");
   const nlohmann::json header = parse_json(path, file->data() + 8, size_t(n));
   if (!header.is_object()) fail(path, "header must be a JSON object, not ", json_kind(header));
 
@@ -112,7 +113,8 @@ void read_file(const std::string& path, TensorSet& set) {
       // Free-form string map (e.g. {"format": "pt"}); kept for display, nothing depends on it.
       if (e.is_object())
         for (const auto& [k, v] : e.items())
-          if (v.is_string() && !set.meta.has("safetensors." + k)) set.meta.set_str("safetensors." + k, v.get<std::string>());
+          if (v.is_string() && !set.meta.has("safetensors." + k))
+            set.meta.set_str("safetensors." + k, v.get<std::string>());
       continue;
     }
     if (set.find(name)) fail(path, "tensor '", name, "' is also in another shard");
@@ -147,7 +149,8 @@ void read_index(const std::string& path, TensorSet& set) {
     if (!file.is_string()) fail(path, "weight_map entry '", tensor, "' must be a file name");
     const std::string f = file.get<std::string>();
     if (!plain_file_name(f))
-      fail(path, "weight_map entry '", tensor, "' names '", f, "', which is not a plain file name in this folder");
+      fail(path, "weight_map entry '", tensor, "' names '", f,
+           "', which is not a plain file name in this folder");
     shards[f].push_back(tensor);
   }
   if (shards.empty()) fail(path, "weight_map is empty");
@@ -160,7 +163,8 @@ void read_index(const std::string& path, TensorSet& set) {
       const auto listed = wm->find(t);
       if (listed == wm->end()) fail(path, file, " holds '", t, "', which weight_map does not list");
       if (listed->get<std::string>() != file)
-        fail(path, "weight_map places '", t, "' in ", listed->get<std::string>(), ", but ", file, " holds it");
+        fail(path, "weight_map places '", t, "' in ", listed->get<std::string>(), ", but ", file,
+             " holds it");
     }
   }
   // A listed tensor that its shard does not hold.

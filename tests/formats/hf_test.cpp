@@ -1,5 +1,3 @@
-#include "formats/hf_model.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +6,7 @@
 
 #include "formats/error.h"
 #include "formats/fp16.h"
+#include "formats/hf_model.h"
 #include "formats/safetensors.h"
 #include "safetensors_fixture.h"
 #include "support.h"
@@ -47,10 +46,10 @@ std::vector<float> noise(size_t n, uint32_t seed) {
 // A tiny HF model: hidden 8, 2 heads of 8 (1 kv head; head_dim 8 so that the q/k permutation is
 // not its own inverse), ff 6, vocab 5, 2 layers, F32 tensors.
 struct TinyModel {
-  json config = {{"model_type", "llama"}, {"hidden_size", 8},       {"intermediate_size", 6},
-                 {"num_hidden_layers", 2}, {"num_attention_heads", 2}, {"num_key_value_heads", 1}, {"head_dim", 8},
-                 {"vocab_size", 5},       {"max_position_embeddings", 64}, {"rms_norm_eps", 1e-5},
-                 {"rope_theta", 500.0},   {"tie_word_embeddings", true}};
+  json config = {{"model_type", "llama"},  {"hidden_size", 8},         {"intermediate_size", 6},
+                 {"num_hidden_layers", 2}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
+                 {"head_dim", 8},          {"vocab_size", 5},          {"max_position_embeddings", 64},
+                 {"rms_norm_eps", 1e-5},   {"rope_theta", 500.0},      {"tie_word_embeddings", true}};
   std::vector<StTensor> tensors;
 
   void add(const std::string& name, std::vector<int64_t> shape, uint32_t seed) {
@@ -99,7 +98,8 @@ struct TinyModel {
 
 // Same type, shape and bytes (the sets map the file separately, so pointers differ).
 bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.type == b.type && a.ne == b.ne && a.nbytes == b.nbytes && std::memcmp(a.data, b.data, a.nbytes) == 0;
+  return a.type == b.type && a.ne == b.ne && a.nbytes == b.nbytes &&
+         std::memcmp(a.data, b.data, a.nbytes) == 0;
 }
 
 std::vector<float> floats(const Tensor& t) {
@@ -167,8 +167,8 @@ TEST(HfConfig, ReadsZhTinyQwen3) {
 TEST(HfConfig, DefaultsAndErrors) {
   const auto dir = test::scratch_dir();
   const std::string path = (dir / "config.json").string();
-  const json base = {{"model_type", "llama"}, {"hidden_size", 64}, {"intermediate_size", 128},
-                     {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"vocab_size", 100},
+  const json base = {{"model_type", "llama"},          {"hidden_size", 64},        {"intermediate_size", 128},
+                     {"num_hidden_layers", 2},         {"num_attention_heads", 4}, {"vocab_size", 100},
                      {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-5}};
   write_json(path, base);
   const HfConfig c = read_hf_config(path);
@@ -196,7 +196,10 @@ TEST(HfConfig, DefaultsAndErrors) {
       {[](json& j) { j["rms_norm_eps"] = "small"; }, "'rms_norm_eps' must be a number"},
       {[](json& j) { j.erase("rms_norm_eps"); }, "'rms_norm_eps' is missing"},
       {[](json& j) { j["tie_word_embeddings"] = 1; }, "'tie_word_embeddings' must be true or false"},
-      {[](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; }, "rope_scaling of type 'llama3'"},
+      {[](json& j) {
+         j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+       },
+       "rope_scaling of type 'llama3'"},
       {[](json& j) { j = json::array(); }, "must hold a JSON object"},
   };
   for (const Case& k : cases) {
@@ -306,8 +309,10 @@ TEST(HfModel, LlamaQkPermutationGivesTheSameAttentionScores) {
     for (size_t h = 0; h < 2; ++h)
       for (int pq : {0, 3, 17})
         for (int pk : {0, 2, 17}) {
-          const double want = dot(rope(head(q_hf, h, 8), pq, theta, true), rope(head(k_hf, 0, 8), pk, theta, true));
-          const double got = dot(rope(head(q_gg, h, 8), pq, theta, false), rope(head(k_gg, 0, 8), pk, theta, false));
+          const double want =
+              dot(rope(head(q_hf, h, 8), pq, theta, true), rope(head(k_hf, 0, 8), pk, theta, true));
+          const double got =
+              dot(rope(head(q_gg, h, 8), pq, theta, false), rope(head(k_gg, 0, 8), pk, theta, false));
           EXPECT_NEAR(got, want, 1e-9 * (1 + std::fabs(want))) << "layer " << l << " head " << h;
         }
     // v and the output projection are not rotated: untouched.
@@ -373,7 +378,10 @@ TEST(HfModel, StructuralErrorsNameTheTensor) {
   const Case cases[] = {
       {[](TinyModel& t) { t.add("model.layers.0.mlp.extra.weight", {2}, 5); },
        "tensor 'model.layers.0.mlp.extra.weight' is not part of a llama model"},
-      {[](TinyModel& t) { t.add("model.layers.2.mlp.up_proj.weight", {6, 8}, 5); }, "is in layer 2"},
+      {[](TinyModel& t) {
+         t.add("model.layers.2.mlp.up_proj.weight", {6, 8}, 5);
+       },
+       "is in layer 2"},
       {[](TinyModel& t) { t.add("model.layers.0.self_attn.q_norm.weight", {8}, 5); },
        "'model.layers.0.self_attn.q_norm.weight' is not part of a llama model"},
       {[](TinyModel& t) { t.erase("model.layers.1.mlp.down_proj.weight"); },

@@ -21,7 +21,9 @@ std::vector<uint8_t> make_safetensors(const std::vector<StTensor>& tensors, cons
   if (!metadata.is_null()) header["__metadata__"] = metadata;
   std::vector<uint8_t> data;
   for (const StTensor& t : tensors) {
-    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+    header[t.name] = {{"dtype", t.dtype},
+                      {"shape", t.shape},
+                      {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
     data.insert(data.end(), t.bytes.begin(), t.bytes.end());
   }
   auto out = make_safetensors_raw(header.dump(), data);

@@ -2,10 +2,9 @@
 // length, the JSON header padded with spaces to a multiple of 8, then the tensor bytes.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace bonsai::test {
 

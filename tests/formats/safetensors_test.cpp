@@ -41,10 +41,9 @@ std::string expect_error(const std::function<void()>& f, const std::string& file
 std::vector<uint8_t> small_file(uint64_t* header_bytes = nullptr) {
   std::vector<uint8_t> h16 = {0x00, 0x3c, 0x00, 0xc0};  // 1.0, -2.0 as F16
   std::vector<uint8_t> b16 = {0x80, 0x3f, 0x40, 0x40};  // 1.0, 3.0 as BF16
-  return make_safetensors({{"a.weight", "F32", {2, 3}, test::f32_ramp(6)},
-                           {"b", "F16", {2}, h16},
-                           {"c", "BF16", {1, 2}, b16}},
-                          {{"format", "pt"}}, header_bytes);
+  return make_safetensors(
+      {{"a.weight", "F32", {2, 3}, test::f32_ramp(6)}, {"b", "F16", {2}, h16}, {"c", "BF16", {1, 2}, b16}},
+      {{"format", "pt"}}, header_bytes);
 }
 
 TEST(Safetensors, ZhTinyQwen3MatchesItsOwnHeader) {
@@ -125,7 +124,8 @@ TEST(Safetensors, ReadsShapesTypesAndValues) {
 TEST(Safetensors, ReadsShardsThroughTheIndex) {
   const auto dir = test::scratch_dir();
   test::write_bytes(dir / "model-00001-of-00002.safetensors",
-                    make_safetensors({{"x", "F32", {4}, test::f32_ramp(4, 10)}, {"y", "F32", {2, 2}, test::f32_ramp(4, 20)}}));
+                    make_safetensors({{"x", "F32", {4}, test::f32_ramp(4, 10)},
+                                      {"y", "F32", {2, 2}, test::f32_ramp(4, 20)}}));
   test::write_bytes(dir / "model-00002-of-00002.safetensors",
                     make_safetensors({{"z", "F32", {1}, test::f32_ramp(1, 30)}}));
   const nlohmann::json index = {{"metadata", {{"total_size", 36}}},
@@ -258,7 +258,9 @@ TEST(Safetensors, BadIndexesAreNamedErrors) {
       {{{"weight_map", nlohmann::json::object()}}, ipath, "empty"},
       {{{"metadata", {}}}, ipath, "no weight_map"},
       {{{"weight_map", {{"x", "a.safetensors"}, {"q", "a.safetensors"}}}}, ipath, "'q' in a.safetensors"},
-      {{{"weight_map", {{"x", "a.safetensors"}, {"y", "b.safetensors"}}}}, "b.safetensors", "also in another shard"},
+      {{{"weight_map", {{"x", "a.safetensors"}, {"y", "b.safetensors"}}}},
+       "b.safetensors",
+       "also in another shard"},
       {{{"weight_map", {{"y", "b.safetensors"}}}}, ipath, "does not list"},
   };
   for (const Case& c : cases) {
