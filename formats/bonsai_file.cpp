@@ -28,7 +28,6 @@ constexpr uint64_t kHeaderBytes = 96;
 constexpr uint64_t kChecksumAt = 88;  // the header checksum is the header's last field
 constexpr uint32_t kRequiredFlags = 0x0000FFFFu;  // §3.1: unknown bits here refuse the file
 constexpr uint32_t kDefaultAlignment = 64;
-constexpr uint64_t kMinPairBytes = 8 + 1 + 4 + 1;                   // §4: 1-byte key, u8 value
 constexpr uint64_t kMinEntryBytes = 8 + 1 + 4 + 4 + 4 + 8 + 8 + 8 + 8 + 8;  // §5: 61
 constexpr int kMaxDims = 4;
 
@@ -386,7 +385,7 @@ TensorSet read_bonsai(const std::string& path, const BonsaiReadOptions& opts) {
   TensorSet ts;
   ts.path = path;
   ts.format = "bonsai";
-  if (h.n_kv > h.meta_size / kMinPairBytes)
+  if (h.n_kv > h.meta_size / kMinKvPairBytes)
     fail(path, "n_kv = ", h.n_kv, " pairs cannot fit in the ", h.meta_size, "-byte metadata section");
   KvReader mr(path, "metadata", p + kHeaderBytes, h.meta_size, kHeaderBytes);
   ts.meta = mr.metadata(h.n_kv);
@@ -427,11 +426,7 @@ void write_bonsai(const std::string& path, const Metadata& meta_in, std::span<co
   if (!meta.has("bonsai.tool_version")) meta.set_str("bonsai.tool_version", BONSAI_VERSION);
   if (!meta.has("bonsai.created")) meta.set_str("bonsai.created", creation_time(path));
   std::vector<uint8_t> region(kHeaderBytes, 0);
-  try {
-    write_metadata(region, meta);  // first: it checks that every value holds its declared type
-  } catch (const Error& e) {
-    fail(path, e.what());
-  }
+  write_metadata(region, meta, path);  // first: it checks that every value holds its declared type
   check_reserved_keys(path, meta);
   Header h;
   if (const KvValue* a = meta.find("bonsai.alignment")) h.alignment = std::get<uint32_t>(a->scalar);

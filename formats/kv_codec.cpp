@@ -2,7 +2,6 @@
 
 #include <cstring>
 #include <type_traits>
-#include <unordered_set>
 
 #include "formats/error.h"
 
@@ -53,21 +52,24 @@ void put_string(std::vector<uint8_t>& out, std::string_view s) {
   out.insert(out.end(), s.begin(), s.end());
 }
 
-void write_kv(std::vector<uint8_t>& out, const std::string& key, const KvValue& v) {
-  if (key.empty()) throw Error("a metadata key is empty");
+void write_kv(std::vector<uint8_t>& out, const std::string& key, const KvValue& v,
+              const std::string& path) {
+  // A KvValue is built by hand by callers: check that it holds what its type field says before
+  // encoding it, or the file would lie about its own layout.
+  if (key.empty()) fail(path, "a metadata key is empty");
   if (!valid_type(uint32_t(v.type)))
-    throw Error(cat("metadata key '", key, "': invalid value type ", uint32_t(v.type)));
+    fail(path, "metadata key '", key, "': invalid value type ", uint32_t(v.type));
   if (v.type == KvType::ARRAY) {
     if (v.array.elem == KvType::ARRAY || !valid_type(uint32_t(v.array.elem)))
-      throw Error(cat("metadata key '", key, "': arrays of ", kv_type_name(v.array.elem),
-                      " cannot be stored (GGUF arrays do not nest)"));
+      fail(path, "metadata key '", key, "': arrays of ", kv_type_name(v.array.elem),
+           " cannot be stored (GGUF arrays do not nest)");
     for (const auto& item : v.array.items)
       if (item.index() != size_t(v.array.elem))
-        throw Error(cat("metadata key '", key, "': an item of the array of ",
-                        kv_type_name(v.array.elem), " holds ", kv_type_name(KvType(item.index()))));
+        fail(path, "metadata key '", key, "': an item of the array of ",
+             kv_type_name(v.array.elem), " holds ", kv_type_name(KvType(item.index())));
   } else if (v.scalar.index() != size_t(v.type)) {
-    throw Error(cat("metadata key '", key, "': declared ", kv_type_name(v.type), " but holds ",
-                    kv_type_name(KvType(v.scalar.index()))));
+    fail(path, "metadata key '", key, "': declared ", kv_type_name(v.type), " but holds ",
+         kv_type_name(KvType(v.scalar.index())));
   }
   put_string(out, key);
   put_u32(out, uint32_t(v.type));
@@ -80,13 +82,18 @@ void write_kv(std::vector<uint8_t>& out, const std::string& key, const KvValue& 
   for (const auto& item : v.array.items) put_scalar(out, item);
 }
 
-void write_metadata(std::vector<uint8_t>& out, const Metadata& meta) {
-  for (const auto& [key, value] : meta.items()) write_kv(out, key, value);
+void write_metadata(std::vector<uint8_t>& out, const Metadata& meta, const std::string& path) {
+  for (const auto& [key, value] : meta.items()) write_kv(out, key, value, path);
 }
 
 KvReader::KvReader(std::string path, std::string section, const uint8_t* data, uint64_t size,
-                   uint64_t base)
-    : path_(std::move(path)), section_(std::move(section)), data_(data), size_(size), base_(base) {}
+                   uint64_t base, std::string bound)
+    : path_(std::move(path)),
+      section_(std::move(section)),
+      bound_(bound.empty() ? section_ : std::move(bound)),
+      data_(data),
+      size_(size),
+      base_(base) {}
 
 void KvReader::fail_here(const std::string& what) const {
   fail(path_, section_, " at offset ", file_offset(), ": ", what);
@@ -94,8 +101,13 @@ void KvReader::fail_here(const std::string& what) const {
 
 void KvReader::need(uint64_t n, std::string_view what) const {
   if (n > remaining())
-    fail_here(cat(what, " needs ", n, " bytes but the ", section_, " has only ", remaining(),
+    fail_here(cat(what, " needs ", n, " bytes but the ", bound_, " has only ", remaining(),
                   " left (truncated or corrupt)"));
+}
+
+void KvReader::check_count(uint64_t n, uint64_t min_bytes, std::string_view what) const {
+  if (n > remaining() / min_bytes)
+    fail_here(cat(what, " does not fit in the ", remaining(), " bytes left (truncated or corrupt)"));
 }
 
 const uint8_t* KvReader::bytes(uint64_t n, std::string_view what) {
@@ -125,8 +137,7 @@ std::string KvReader::str(std::string_view what) {
   return std::string(reinterpret_cast<const char*>(p), size_t(n));
 }
 
-KvScalar KvReader::scalar(KvType type, const std::string& key) {
-  const std::string what = cat("the value of metadata key '", key, "'");
+KvScalar KvReader::scalar(KvType type, const std::string& key, const std::string& what) {
   auto raw = [&](auto zero) {
     decltype(zero) v;
     std::memcpy(&v, bytes(sizeof v, what), sizeof v);
@@ -158,28 +169,30 @@ KvScalar KvReader::scalar(KvType type, const std::string& key) {
 }
 
 KvValue KvReader::value(KvType type, const std::string& key) {
-  if (type != KvType::ARRAY) return KvValue::of(scalar(type, key));
+  // The message is built once per value, not per element: vocabularies hold 10^5 strings.
+  const std::string what = cat("the value of metadata key '", key, "'");
+  if (type != KvType::ARRAY) return KvValue::of(scalar(type, key, what));
   const uint32_t elem = u32(cat("the element type of metadata key '", key, "'"));
-  if (!valid_type(elem) || KvType(elem) == KvType::ARRAY)
-    fail_here(cat("metadata key '", key, "': invalid array element type ", elem));
+  if (!valid_type(elem) || KvType(elem) == KvType::ARRAY) {
+    pos_ -= 4;  // point the message at the element type
+    fail_here(cat("metadata key '", key, "': invalid array element type ", elem,
+                  KvType(elem) == KvType::ARRAY ? " (a nested array: GGUF arrays do not nest)" : ""));
+  }
   const uint64_t count = u64(cat("the length of metadata key '", key, "'"));
-  // Each element takes at least min_bytes: a count the section cannot hold is refused before
-  // anything is reserved for it.
-  if (count > remaining() / min_bytes(KvType(elem)))
-    fail_here(cat("metadata key '", key, "': array of ", count, " ", kv_type_name(KvType(elem)),
-                  " does not fit in the ", remaining(), " bytes left"));
+  check_count(count, min_bytes(KvType(elem)),
+              cat("metadata key '", key, "': array of ", count, " ", kv_type_name(KvType(elem))));
   std::vector<KvScalar> items;
   items.reserve(size_t(count));
-  for (uint64_t i = 0; i < count; ++i) items.push_back(scalar(KvType(elem), key));
+  for (uint64_t i = 0; i < count; ++i) items.push_back(scalar(KvType(elem), key, what));
   return KvValue::of_array(KvType(elem), std::move(items));
 }
 
-std::pair<std::string, KvValue> KvReader::kv() {
+std::pair<std::string, KvValue> KvReader::kv(uint64_t index) {
   const uint64_t at = pos_;
-  std::string key = str("a metadata key");
+  std::string key = str(cat("the key of metadata pair ", index));
   if (key.empty()) {
     pos_ = at;
-    fail_here("empty metadata key");
+    fail_here(cat("empty metadata key (metadata pair ", index, ")"));
   }
   const uint32_t type = u32(cat("the type of metadata key '", key, "'"));
   if (!valid_type(type)) {
@@ -194,7 +207,7 @@ Metadata KvReader::metadata(uint64_t n) {
   Metadata meta;
   for (uint64_t i = 0; i < n; ++i) {
     const uint64_t at = pos_;
-    auto [key, v] = kv();
+    auto [key, v] = kv(i);
     if (meta.has(key)) {
       pos_ = at;
       fail_here(cat("duplicate metadata key '", key, "'"));

@@ -325,7 +325,7 @@ TEST(GgufBadInput, CraftedFields) {
   with([](auto& b) { poke<uint64_t>(b, 8, uint64_t(1) << 60); });
   expect_error(p, {"truncated", "1152921504606846976 tensors"});
   with([](auto& b) { poke<uint64_t>(b, 24, uint64_t(1) << 63); });
-  expect_error(p, {"truncated", "string length 9223372036854775808", "metadata pair 0"});
+  expect_error(p, {"truncated", "needs 9223372036854775808 bytes", "metadata pair 0"});
 
   const size_t align_val = find_str(good, "general.alignment") + 17 + 4;
   ASSERT_EQ(peek<uint32_t>(good, align_val), 32u);
