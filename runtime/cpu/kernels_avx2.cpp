@@ -16,12 +16,11 @@
 #include <cstring>
 
 #include "formats/blocks.h"
+#include "runtime/cpu/parallel.h"
 
 namespace bonsai::cpu::avx2 {
 namespace {
 
-// Work below which a fork of threads costs more than it saves (multiply-adds).
-constexpr int64_t kParallelWork = int64_t(1) << 16;
 // Weight bytes of the row tile kept in L2 while it meets every group of tokens (n_tokens > 1).
 constexpr int64_t kTileBytes = int64_t(128) << 10;
 // Tokens sharing one pass over a weight row: their activations sit in L1 meanwhile.
@@ -330,7 +329,6 @@ void for_rows(int64_t rows, int64_t n_tokens, int64_t row_bytes, int64_t cols, c
         for (int64_t r = rt; r < re; ++r) fn(r, t0, int(min64(kTokens, n_tokens - t0)));
     }
   };
-  // No parallel region at all when serial: even a one-thread region costs about a microsecond.
   if (rows * cols * n_tokens >= kParallelWork) {
 #pragma omp parallel
     run(omp_get_thread_num(), omp_get_num_threads());
@@ -428,7 +426,6 @@ void quantize_act(const int32_t* elem, int qk, int offset, const float* x, int64
     }
     corr[b] = float(offset) * c;
   };
-  // No parallel region at all when serial: even a one-thread region costs about a microsecond.
   if (n_tokens * cols >= kParallelWork) {
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < nblocks; ++b) quantize_block(b);

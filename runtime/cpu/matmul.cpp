@@ -6,15 +6,13 @@
 
 #include "formats/error.h"
 #include "runtime/cpu/act_quant.h"
+#include "runtime/cpu/parallel.h"
 #if BONSAI_CPU_AVX2
 #include "runtime/cpu/kernels_avx2.h"
 #endif
 
 namespace bonsai::cpu {
 namespace {
-
-// Below this many multiply-adds a fork of threads costs more than it saves.
-constexpr int64_t kParallelWork = int64_t(1) << 16;
 
 struct Matrix {
   const TypeTraits* type;

@@ -217,15 +217,17 @@ TEST(CpuMatmul, UsesTheAvx2PathWhenTheCpuHasIt) {
   EXPECT_STREQ(cpu::matmul_path(), avx2 ? "avx2" : "scalar");
 }
 
-// Every type x cols {256, 512, 768, 2048} x rows {1, 5, 67} x tokens {1, 3, 17}: rows 67 split
-// unevenly over threads, 17 tokens leave a partial group of 4, and the large shapes take the
-// threaded, tiled path while the small ones run on one thread.
+// Every type x cols {256, 512, 768, 2048} (float types also 37, 100) x rows {1, 5, 67} x tokens
+// {1, 3, 17}: rows 67 split unevenly over threads, 17 tokens leave a partial group of 4, and the
+// large shapes take the threaded, tiled path while the small ones run on one thread.
 TEST(CpuMatmul, FastPathMatchesReferenceForEveryType) {
   std::mt19937 rng(7);
   for (const TypeTraits& tt : all_types()) {
     for (bool raw : {false, true}) {
       if (raw && !tt.quantized) continue;
-      for (int64_t cols : {256, 512, 768, 2048})
+      std::vector<int64_t> widths = {256, 512, 768, 2048};
+      if (tt.block_elems == 1) widths.insert(widths.begin(), {37, 100});  // float tails past the last 8 / 32
+      for (int64_t cols : widths)
         for (int64_t rows : {1, 5, 67}) {
           const Weights m = make_weights(tt.id, rows, cols, raw, rng);
           for (int64_t n : {1, 3, 17}) {
