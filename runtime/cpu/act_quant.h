@@ -1,0 +1,48 @@
+// Activations as the int8 kernels read them: quantized once per matmul call, per 32 values, in the
+// order in which a weight type's kernel unpacks its codes. Internal to the CPU backend (and its
+// tests, which rebuild the kernels' exact sums from it).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "formats/types.h"
+
+namespace bonsai::cpu {
+
+// How a weight type's int8 kernel sees its blocks. The kernel turns a block into unsigned codes
+// (signed int8 for Q8_0) so that weight value = (code - offset) * d_block, 32 codes at a time, in
+// "position" order: position p of a block multiplies element elem(p) of that block. Ordering the
+// activations the same way once per call keeps each kernel's unpacking to a few shifts, masks and
+// packs (see kernels_avx2.cpp, where each order is derived next to its unpacker).
+struct ActLayout {
+  int qk;            // elements per weight block
+  int offset;        // value = code - offset; 0 for the signed codes of Q8_0
+  int (*elem)(int);  // position p in [0, qk) -> element of the block
+};
+
+// nullptr for the types that have no int8 kernel (F32, F16, BF16).
+const ActLayout* act_layout(TypeId type);
+
+// n_tokens rows of cols activations. Within each group g of 32 positions (of token t):
+//   q[t*cols + p] = nearest (ties to even) of x[elem(p)] / d[g], in [-127, 127],
+//   d[g] = amax_g / 127 (0 when the group is all zero, NaN when it holds an inf or NaN: then its q
+//   are 0 and the NaN reaches every output, as float math would);
+// and for each weight block b: corr[t*(cols/qk) + b] = offset * sum over its groups of d[g]*sum(q),
+// so that dot(block) = d_block * (sum_g d[g] * sum_p code_p*q_p - corr[b]).
+struct QuantAct {
+  int64_t cols = 0, n_tokens = 0;
+  int qk = 0, offset = 0;
+  std::vector<int32_t> elem;  // the layout's elem(p), p < qk
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<float> corr;
+
+  // Sizes every member for this layout and shape (keeps the capacity: no allocation once warm).
+  void reset(const ActLayout& layout, int64_t cols, int64_t n_tokens);
+};
+
+// The definition, in scalar code (the AVX2 path runs kernels_avx2.cpp's copy, which the tests hold
+// to the same bytes). cols must be a multiple of layout.qk.
+void quantize_act(const ActLayout& layout, const float* x, int64_t cols, int64_t n_tokens, QuantAct& out);
+
+}  // namespace bonsai::cpu

@@ -1,0 +1,179 @@
+// bench_matmul: matrix-vector throughput of bonsai::cpu::matmul per weight type, in GB/s of weight
+// bytes read, next to the machine's read bandwidth. Token generation reads every weight once per
+// token, so this ratio is the fraction of the memory speed a decode step can reach.
+//
+//   bench_matmul [--threads N] [--types PTQ1_0,Q8_0,...] [--tokens N] [--min-mb MB] [--no-model]
+//
+// Each shape is benchmarked over enough distinct copies of the matrix (>= --min-mb, default 256)
+// that the weights come from memory, not from the last-level cache. The model sweep runs the
+// matrices of a Qwen3-1.7B-sized decoder (28 layers; hidden 2048, 16+8+8 heads of 128,
+// intermediate 6144; no lm_head) as a decode step would.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/types.h"
+#include "runtime/cpu/bandwidth.h"
+#include "runtime/cpu/matmul.h"
+
+using namespace bonsai;
+
+namespace {
+
+struct Shape {
+  int64_t cols, rows;
+};
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// One matrix encoded from random floats (so quantized blocks look like real ones), in `copies`
+// separate buffers.
+struct Weights {
+  std::vector<std::vector<uint8_t>> bufs;
+  std::vector<Tensor> tensors;
+};
+
+Weights make_weights(const TypeTraits& tt, Shape s, int copies, std::mt19937& rng) {
+  const int64_t ne[2] = {s.cols, s.rows};
+  const uint64_t nbytes = *tensor_bytes(tt.id, ne);
+  std::vector<float> f(size_t(s.cols * s.rows));
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  for (auto& v : f) v = nd(rng);
+  Weights w;
+  w.bufs.resize(size_t(copies));
+  w.bufs[0].resize(nbytes);
+  tt.from_float(f.data(), w.bufs[0].data(), int64_t(f.size()));
+  for (int c = 1; c < copies; ++c) w.bufs[size_t(c)] = w.bufs[0];
+  for (int c = 0; c < copies; ++c) {
+    Tensor t;
+    t.name = std::string("bench.") + tt.name;
+    t.type = tt.id;
+    t.ne = {s.cols, s.rows};
+    t.data = w.bufs[size_t(c)].data();
+    t.nbytes = nbytes;
+    w.tensors.push_back(std::move(t));
+  }
+  return w;
+}
+
+// Best time of one pass over all tensors (each a matmul of n_tokens), after a warm-up pass;
+// at least 3 passes and 0.3 s.
+double best_pass_s(const std::vector<const Tensor*>& ts, const float* x, int64_t n_tokens, float* y) {
+  for (const Tensor* t : ts) cpu::matmul(*t, x, n_tokens, y);
+  double best = 1e30, spent = 0;
+  for (int pass = 0; pass < 3 || spent < 0.3; ++pass) {
+    const double t0 = now_s();
+    for (const Tensor* t : ts) cpu::matmul(*t, x, n_tokens, y);
+    const double dt = now_s() - t0;
+    best = std::min(best, dt);
+    spent += dt;
+  }
+  return best;
+}
+
+std::vector<const TypeTraits*> parse_types(const std::string& list) {
+  std::vector<const TypeTraits*> out;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    const std::string name = list.substr(pos, comma - pos);
+    if (!name.empty()) {
+      const TypeTraits* t = find_type(name);
+      if (!t) {
+        std::fprintf(stderr, "bench_matmul: unknown type %s\n", name.c_str());
+        std::exit(2);
+      }
+      out.push_back(t);
+    }
+    pos = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string types = "F32,F16,BF16,Q8_0,Q4_0,Q1_0,Q2_0,TQ1_0,TQ2_0,PQ2_0,PTQ1_0";
+  std::string model_types = "PTQ1_0,Q8_0";
+  int64_t n_tokens = 1;
+  double min_mb = 256;
+  bool model = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_matmul: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--threads") omp_set_num_threads(std::atoi(value().c_str()));
+    else if (a == "--types") types = model_types = value();
+    else if (a == "--tokens") n_tokens = std::max<int64_t>(1, std::atoll(value().c_str()));
+    else if (a == "--min-mb") min_mb = std::atof(value().c_str());
+    else if (a == "--no-model") model = false;
+    else {
+      std::fprintf(stderr, "usage: bench_matmul [--threads N] [--types A,B] [--tokens N] [--min-mb MB] [--no-model]\n");
+      return 2;
+    }
+  }
+
+  const double bw = cpu::measure_read_bandwidth_gbs();
+  std::printf("threads %d, path %s, tokens %lld\n", omp_get_max_threads(), cpu::matmul_path(), (long long)n_tokens);
+  std::printf("read bandwidth (256 MB, all threads, best of 5): %.2f GB/s\n\n", bw);
+  std::printf("%-7s %-12s %9s %8s %7s %10s\n", "type", "cols x rows", "MB/copy", "GB/s", "% bw", "us/matmul");
+
+  std::mt19937 rng(42);
+  std::vector<float> x(size_t(6144 * n_tokens)), y(size_t(6144 * n_tokens));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& v : x) v = nd(rng);
+
+  for (const TypeTraits* tt : parse_types(types)) {
+    for (const Shape s : {Shape{2048, 6144}, Shape{6144, 2048}}) {
+      const int64_t ne[2] = {s.cols, s.rows};
+      const double mb = double(*tensor_bytes(tt->id, ne)) / 1e6;
+      const int copies = std::max(1, int(min_mb / mb + 0.999));
+      Weights w = make_weights(*tt, s, copies, rng);
+      std::vector<const Tensor*> ts;
+      for (const Tensor& t : w.tensors) ts.push_back(&t);
+      const double sec = best_pass_s(ts, x.data(), n_tokens, y.data());
+      const double gbs = mb * 1e6 * copies / sec / 1e9;
+      std::printf("%-7s %5lld x %-5lld %9.2f %8.2f %6.0f%% %10.1f\n", tt->name, (long long)s.cols, (long long)s.rows, mb,
+                  gbs, 100 * gbs / bw, sec / copies * 1e6);
+      std::fflush(stdout);
+    }
+  }
+
+  if (!model) return 0;
+  // Qwen3-1.7B decoder layer: q 2048->2048, k,v 2048->1024, o 2048->2048, gate,up 2048->6144,
+  // down 6144->2048.
+  const Shape layer[] = {{2048, 2048}, {2048, 1024}, {2048, 1024}, {2048, 2048},
+                         {2048, 6144}, {2048, 6144}, {6144, 2048}};
+  std::printf("\nQwen3-1.7B-sized decode step (28 layers x 7 matrices, no lm_head)\n");
+  std::printf("%-7s %9s %8s %7s %9s\n", "type", "MB", "GB/s", "% bw", "tokens/s");
+  for (const TypeTraits* tt : parse_types(model_types)) {
+    std::vector<Weights> ws;
+    std::vector<const Tensor*> ts;
+    double mb = 0;
+    for (const Shape s : layer) ws.push_back(make_weights(*tt, s, 28, rng));
+    for (int l = 0; l < 28; ++l)
+      for (auto& w : ws) {
+        ts.push_back(&w.tensors[size_t(l)]);
+        mb += double(w.tensors[size_t(l)].nbytes) / 1e6;
+      }
+    const double sec = best_pass_s(ts, x.data(), n_tokens, y.data());
+    const double gbs = mb * 1e6 / sec / 1e9;
+    std::printf("%-7s %9.1f %8.2f %6.0f%% %9.2f\n", tt->name, mb, gbs, 100 * gbs / bw, double(n_tokens) / sec);
+    std::fflush(stdout);
+  }
+  return 0;
+}

@@ -1,0 +1,461 @@
+// AVX2+FMA+F16C kernels. This file alone is compiled with -mavx2 -mfma -mf16c; matmul.cpp calls
+// it only when the CPU has all three. It uses blocks.h for the block layouts only (no decoder of
+// it is called here, and no std:: template is instantiated here): an inline function compiled
+// with AVX2 in this file could otherwise be the copy the linker keeps for every caller.
+//
+// Quantized weights: every block is unpacked to unsigned 8-bit codes (value = code - offset;
+// Q8_0 keeps its signed bytes), 32 at a time, and multiplied with int8 activations by
+// _mm256_maddubs_epi16; the offset comes back as a per-block correction computed once per call
+// from the activation sums (act_quant.h). Codes come out in a per-type "position" order that
+// keeps unpacking cheap; the activations are stored in the same order (act_quant.cpp's layouts).
+#include "runtime/cpu/kernels_avx2.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <cstring>
+
+#include "formats/blocks.h"
+#include "runtime/cpu/parallel.h"
+
+namespace bonsai::cpu::avx2 {
+namespace {
+
+// Weight bytes of the row tile kept in L2 while it meets every group of tokens (n_tokens > 1).
+constexpr int64_t kTileBytes = int64_t(128) << 10;
+// Tokens sharing one pass over a weight row: their activations sit in L1 meanwhile.
+constexpr int kTokens = 4;
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m256i both_halves(__m128i lo, __m128i hi) { return _mm256_set_m128i(hi, lo); }
+
+// ---- unpackers: K::codes(block, c) fills c[K::kSub] with 32 codes each, in position order ----
+
+// Base-3 digits (spec §1.5): digit n of byte b is ((b * 3^n) mod 256) * 3 >> 8. With b in a 16-bit
+// lane, mullo by 3^n << 8 leaves (b * 3^n mod 256) << 8, and mulhi_epu16 by 3 is the "* 3 >> 8".
+// `mul` holds 3^n << 8 per lane, so one register can take different digits in different lanes.
+// The empty asm hides the constant from GCC, which would otherwise expand each multiply into a
+// chain of shifts and adds (slower here: ~1.15x on PTQ1_0); the constants still get hoisted.
+inline __m256i trits(__m256i b16, __m256i mul) {
+  asm("" : "+x"(mul));
+  return _mm256_mulhi_epu16(_mm256_mullo_epi16(b16, mul), _mm256_set1_epi16(3));
+}
+inline __m256i pow3(int n) {
+  constexpr short p[5] = {1, 3, 9, 27, 81};
+  return _mm256_set1_epi16(short(p[n] << 8));
+}
+// Two registers of 16 digits -> 32 bytes. packus works per 128-bit half, so bytes 0..7 come from
+// a's lanes 0..7, 8..15 from b's lanes 0..7, 16..23 from a's 8..15, 24..31 from b's 8..15: with a
+// holding elements e..e+15 and b e+16..e+31, bits 3 and 4 of the offset swap (base3_packed).
+inline __m256i pack(__m256i a, __m256i b) { return _mm256_packus_epi16(a, b); }
+
+// PTQ1_0: qs[0..15] is a 16-byte stage (digit n of byte m: element 16n+m), qs[16..23] an 8-byte
+// stage (digit n of byte m: 80+8n+m), qh[0..1] four digits each (digit n of byte h: 120+2n+h).
+// Digit registers D0..D7 of 16 lanes hold elements 16r..16r+15 in order:
+//   D0..D4: the 16-byte stage, digits 0..4;
+//   D5: stage-8 bytes twice, digits 0 | 1     (80..87, 88..95);
+//   D6: stage-8 bytes twice, digits 2 | 3     (96..103, 104..111);
+//   D7: stage-8 digit 4, then qh0,qh1 repeated with digits 0,0,1,1,2,2,3,3 (112..119, 120..127).
+struct KPTQ1 {
+  using Block = block_ptq1_0;
+  static constexpr int kSub = 4;
+  static constexpr bool kSigned = false;
+  static void codes(const Block& b, __m256i* c) {
+    const __m128i hi = load16(b.qs + 8);  // qs[8..23], i.e. stage-8 bytes at 8..15 (whole block: 28 B)
+    const __m128i h2 = _mm_loadu_si16(b.qh);
+    const __m256i a = _mm256_cvtepu8_epi16(load16(b.qs));
+    const __m256i bb = _mm256_cvtepu8_epi16(_mm_unpackhi_epi64(hi, hi));
+    // stage-8 bytes then qh0,qh1 four times
+    const __m256i bh = _mm256_cvtepu8_epi16(_mm_unpackhi_epi64(hi, _mm_shuffle_epi8(h2, _mm_set1_epi16(0x0100))));
+    c[0] = pack(trits(a, pow3(0)), trits(a, pow3(1)));
+    c[1] = pack(trits(a, pow3(2)), trits(a, pow3(3)));
+    c[2] = pack(trits(a, pow3(4)), trits(bb, both_halves(_mm_set1_epi16(1 << 8), _mm_set1_epi16(3 << 8))));
+    c[3] = pack(trits(bb, both_halves(_mm_set1_epi16(9 << 8), _mm_set1_epi16(27 << 8))),
+                trits(bh, _mm256_setr_epi16(81 << 8, 81 << 8, 81 << 8, 81 << 8, 81 << 8, 81 << 8, 81 << 8,
+                                            81 << 8, 1 << 8, 1 << 8, 3 << 8, 3 << 8, 9 << 8, 9 << 8, 27 << 8,
+                                            27 << 8)));
+  }
+};
+
+// TQ1_0: a 32-byte stage (digit n of byte m: element 32n+m), a 16-byte stage (160+16n+m), qh[4]
+// (digit n of byte h: 240+4n+h). Digit registers D0..D15 hold elements 16r..16r+15 in order:
+// D(2n), D(2n+1) = digit n of stage-32 bytes 0..15, 16..31; D(10+n) = digit n of the 16-byte
+// stage; D15 = qh0..3 repeated four times with digits 0,1,2,3.
+struct KTQ1 {
+  using Block = block_tq1_0;
+  static constexpr int kSub = 8;
+  static constexpr bool kSigned = false;
+  static void codes(const Block& b, __m256i* c) {
+    const __m256i s32 = load32(b.qs);
+    const __m256i lo = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(s32));
+    const __m256i hi = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(s32, 1));
+    const __m256i s16 = _mm256_cvtepu8_epi16(load16(b.qs + 32));
+    int32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    const __m256i h = _mm256_cvtepu8_epi16(_mm_set1_epi32(qh));
+    for (int n = 0; n < 5; ++n) c[n] = pack(trits(lo, pow3(n)), trits(hi, pow3(n)));
+    c[5] = pack(trits(s16, pow3(0)), trits(s16, pow3(1)));
+    c[6] = pack(trits(s16, pow3(2)), trits(s16, pow3(3)));
+    c[7] = pack(trits(s16, pow3(4)),
+                trits(h, both_halves(_mm_setr_epi16(1 << 8, 1 << 8, 1 << 8, 1 << 8, 3 << 8, 3 << 8, 3 << 8, 3 << 8),
+                                     _mm_setr_epi16(9 << 8, 9 << 8, 9 << 8, 9 << 8, 27 << 8, 27 << 8, 27 << 8,
+                                                    27 << 8))));
+  }
+};
+
+// TQ2_0: byte 32h+m holds element 128h+32n+m in bits 2n: bit pair n of a half is 32 elements in
+// order (identity). Shifting 16-bit lanes is safe: the mask keeps bits of each byte's own.
+struct KTQ2 {
+  using Block = block_tq2_0;
+  static constexpr int kSub = 8;
+  static constexpr bool kSigned = false;
+  static void codes(const Block& b, __m256i* c) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i x = load32(b.qs + 32 * h);
+      c[4 * h + 0] = _mm256_and_si256(x, m3);
+      c[4 * h + 1] = _mm256_and_si256(_mm256_srli_epi16(x, 2), m3);
+      c[4 * h + 2] = _mm256_and_si256(_mm256_srli_epi16(x, 4), m3);
+      c[4 * h + 3] = _mm256_and_si256(_mm256_srli_epi16(x, 6), m3);
+    }
+  }
+};
+
+// PQ2_0 / Q2_0: element j at bits 2(j%4) of byte j/4. Bit pair n of the QK/4 bytes is a plane
+// (elements 4m+n); planes follow each other (two_bit_planes). Q2_0's 16 bytes give two planes per
+// register: low half plane 2i, high half plane 2i+1.
+template <int QK>
+struct K2bit {
+  using Block = block_2bit<QK>;
+  static constexpr int kSub = QK / 32;
+  static constexpr bool kSigned = false;
+  static void codes(const Block& b, __m256i* c) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    if constexpr (QK == 128) {
+      const __m256i x = load32(b.qs);
+      for (int n = 0; n < 4; ++n) c[n] = _mm256_and_si256(_mm256_srli_epi16(x, 2 * n), m3);
+    } else {
+      static_assert(QK == 64, "2-bit kernel for groups of 64 or 128");
+      const __m128i x = load16(b.qs);
+      const __m256i y = both_halves(x, _mm_srli_epi16(x, 2));
+      c[0] = _mm256_and_si256(y, m3);
+      c[1] = _mm256_and_si256(_mm256_srli_epi16(y, 4), m3);
+    }
+  }
+};
+
+// Q1_0: element j is bit j%8 of byte j/8, value +-d, taken as code 0 or 2 with offset 1. With
+// y = [x << 1 | x], bit 1 of each byte of y >> 2k is bit 2k of x (low half) or 2k+1 (high half):
+// register k is elements 8m+2k then 8m+2k+1 (q1_planes). The 16-bit shifts never carry a
+// neighbour's bit into bit 1 of a byte (at most 7 positions within a byte are crossed).
+struct KQ1 {
+  using Block = block_q1_0;
+  static constexpr int kSub = 4;
+  static constexpr bool kSigned = false;
+  static void codes(const Block& b, __m256i* c) {
+    const __m128i x = load16(b.qs);
+    const __m256i y = both_halves(_mm_slli_epi16(x, 1), x);
+    const __m256i m2 = _mm256_set1_epi8(2);
+    for (int k = 0; k < 4; ++k) c[k] = _mm256_and_si256(_mm256_srli_epi16(y, 2 * k), m2);
+  }
+};
+
+// Q4_0: byte j holds element j (low nibble) and j+16 (high nibble): identity, offset 8.
+struct KQ4 {
+  using Block = block_q4_0;
+  static constexpr int kSub = 1;
+  static constexpr bool kSigned = false;
+  static void codes(const Block& b, __m256i* c) {
+    const __m128i x = load16(b.qs);
+    c[0] = _mm256_and_si256(both_halves(x, _mm_srli_epi16(x, 4)), _mm256_set1_epi8(15));
+  }
+};
+
+// Q8_0: the signed bytes themselves (identity).
+struct KQ8 {
+  using Block = block_q8_0;
+  static constexpr int kSub = 1;
+  static constexpr bool kSigned = true;
+  static void codes(const Block& b, __m256i* c) { c[0] = load32(b.qs); }
+};
+
+// Sum of code*q over 32 positions, as 8 float partial sums. maddubs takes unsigned x signed
+// bytes; pair sums stay far from int16 saturation (codes <= 15 against |q| <= 127; for signed
+// codes |code| <= 128 after the sign transfer: 2*128*127 < 32767).
+template <bool Signed>
+inline __m256 dot32(__m256i code, const int8_t* q) {
+  const __m256i a = load32(q);
+  const __m256i p = Signed ? _mm256_maddubs_epi16(_mm256_sign_epi8(code, code), _mm256_sign_epi8(a, code))
+                           : _mm256_maddubs_epi16(code, a);
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+// One weight row against T tokens' activations; out[t] for t < T. The block is unpacked once
+// for all T tokens.
+template <class K, int T>
+void dot_q8(const uint8_t* row, int64_t nb, const ActView& a, int64_t t0, float* out) {
+  using Block = typename K::Block;
+  constexpr int kQK = 32 * K::kSub;
+  const auto* w = reinterpret_cast<const Block*>(row);
+  const int8_t* q[T];
+  const float* d[T];
+  const float* corr[T];
+  for (int t = 0; t < T; ++t) {
+    q[t] = a.q + (t0 + t) * a.cols;
+    d[t] = a.d + (t0 + t) * (a.cols / 32);
+    corr[t] = a.corr + (t0 + t) * (a.cols / kQK);
+  }
+  // Blocks of 32 (Q8_0, Q4_0) are short: alternate two accumulators so that consecutive blocks'
+  // FMAs do not wait on each other.
+  constexpr int kAcc = K::kSub == 1 ? 2 : 1;
+  __m256 acc[kAcc][T];
+  float c[T];
+  for (int t = 0; t < T; ++t) {
+    for (int u = 0; u < kAcc; ++u) acc[u][t] = _mm256_setzero_ps();
+    c[t] = 0.0f;
+  }
+  auto block = [&](int64_t i, __m256* acc_u) {
+    __m256i codes[K::kSub];
+    K::codes(w[i], codes);
+    const float dw = _cvtsh_ss(w[i].d);
+    for (int t = 0; t < T; ++t) {
+      const int8_t* qi = q[t] + i * kQK;
+      const float* di = d[t] + i * K::kSub;
+      if constexpr (K::kSub == 1) {
+        acc_u[t] = _mm256_fmadd_ps(dot32<K::kSigned>(codes[0], qi), _mm256_set1_ps(dw * di[0]), acc_u[t]);
+      } else {
+        __m256 blk = _mm256_mul_ps(dot32<K::kSigned>(codes[0], qi), _mm256_broadcast_ss(di));
+        for (int j = 1; j < K::kSub; ++j)
+          blk = _mm256_fmadd_ps(dot32<K::kSigned>(codes[j], qi + 32 * j), _mm256_broadcast_ss(di + j), blk);
+        acc_u[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw), blk, acc_u[t]);
+      }
+      if constexpr (!K::kSigned) c[t] += dw * corr[t][i];
+    }
+  };
+  int64_t i = 0;
+  for (; i + kAcc <= nb; i += kAcc)
+    for (int u = 0; u < kAcc; ++u) block(i + u, acc[u]);
+  for (; i < nb; ++i) block(i, acc[0]);
+  for (int u = 1; u < kAcc; ++u)
+    for (int t = 0; t < T; ++t) acc[0][t] = _mm256_add_ps(acc[0][t], acc[u][t]);
+  for (int t = 0; t < T; ++t) out[t] = hsum(acc[0][t]) - c[t];
+}
+
+// ---- float weights ----
+
+struct LF32 {
+  static __m256 load8(const uint8_t* row, int64_t k) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k);
+  }
+  static float at(const uint8_t* row, int64_t k) {
+    float v;
+    std::memcpy(&v, row + 4 * k, 4);
+    return v;
+  }
+};
+struct LF16 {
+  static __m256 load8(const uint8_t* row, int64_t k) { return _mm256_cvtph_ps(load16(row + 2 * k)); }
+  static float at(const uint8_t* row, int64_t k) {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * k, 2);
+    return _cvtsh_ss(h);
+  }
+};
+struct LBF16 {  // bf16 is the top half of a float32
+  static __m256 load8(const uint8_t* row, int64_t k) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load16(row + 2 * k)), 16));
+  }
+  static float at(const uint8_t* row, int64_t k) {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * k, 2);
+    const uint32_t u = uint32_t(h) << 16;
+    float v;
+    std::memcpy(&v, &u, 4);
+    return v;
+  }
+};
+
+// One weight row against T tokens (x rows of `cols`). T == 1 keeps four accumulators so FMA
+// latency does not bound a lone dot product; with T tokens each token's chain is independent.
+template <class L, int T>
+void dot_float(const uint8_t* row, const float* x, int64_t cols, float* out) {
+  constexpr int kAcc = T == 1 ? 4 : 1;
+  __m256 acc[T][kAcc];
+  for (int t = 0; t < T; ++t)
+    for (int u = 0; u < kAcc; ++u) acc[t][u] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 * kAcc <= cols; k += 8 * kAcc)
+    for (int u = 0; u < kAcc; ++u) {
+      const __m256 w = L::load8(row, k + 8 * u);
+      for (int t = 0; t < T; ++t) acc[t][u] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + t * cols + k + 8 * u), acc[t][u]);
+    }
+  for (; k + 8 <= cols; k += 8) {
+    const __m256 w = L::load8(row, k);
+    for (int t = 0; t < T; ++t) acc[t][0] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + t * cols + k), acc[t][0]);
+  }
+  for (int t = 0; t < T; ++t) {
+    __m256 s = acc[t][0];
+    for (int u = 1; u < kAcc; ++u) s = _mm256_add_ps(s, acc[t][u]);
+    float r = hsum(s);
+    for (int64_t j = k; j < cols; ++j) r += L::at(row, j) * x[t * cols + j];
+    out[t] = r;
+  }
+}
+
+// ---- threading ----
+
+// Each thread takes one contiguous run of rows (a static schedule: every thread streams its own
+// part of the weights). With several tokens the run is cut into tiles of ~kTileBytes of weights,
+// and each tile meets the tokens kTokens at a time, so weights come from memory once and every
+// unpacked block serves kTokens tokens. fn(row, first token, count <= kTokens) does the dots.
+template <class Fn>
+void for_rows(int64_t rows, int64_t n_tokens, int64_t row_bytes, int64_t cols, const Fn& fn) {
+  const int64_t tile = row_bytes >= kTileBytes ? 1 : kTileBytes / row_bytes;
+  auto run = [&](int64_t id, int64_t nth) {
+    const int64_t r0 = rows * id / nth, r1 = rows * (id + 1) / nth;
+    for (int64_t rt = r0; rt < r1; rt += tile) {
+      const int64_t re = min64(r1, rt + tile);
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokens)
+        for (int64_t r = rt; r < re; ++r) fn(r, t0, int(min64(kTokens, n_tokens - t0)));
+    }
+  };
+  if (rows * cols * n_tokens >= kParallelWork) {
+#pragma omp parallel
+    run(omp_get_thread_num(), omp_get_num_threads());
+  } else {
+    run(0, 1);
+  }
+}
+
+template <class K>
+void run_q8(const uint8_t* w, int64_t rows, int64_t cols, const ActView& a, float* y) {
+  const int64_t nb = cols / (32 * K::kSub);
+  const int64_t rb = nb * int64_t(sizeof(typename K::Block));
+  for_rows(rows, a.n_tokens, rb, cols, [&](int64_t r, int64_t t0, int nt) {
+    float out[kTokens];
+    const uint8_t* row = w + r * rb;
+    switch (nt) {
+      case 1: dot_q8<K, 1>(row, nb, a, t0, out); break;
+      case 2: dot_q8<K, 2>(row, nb, a, t0, out); break;
+      case 3: dot_q8<K, 3>(row, nb, a, t0, out); break;
+      default: dot_q8<K, 4>(row, nb, a, t0, out); break;
+    }
+    for (int t = 0; t < nt; ++t) y[(t0 + t) * rows + r] = out[t];
+  });
+}
+
+template <class L, int Bytes>
+void run_float(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens, float* y) {
+  const int64_t rb = cols * Bytes;
+  for_rows(rows, n_tokens, rb, cols, [&](int64_t r, int64_t t0, int nt) {
+    float out[kTokens];
+    const uint8_t* row = w + r * rb;
+    const float* xt = x + t0 * cols;
+    switch (nt) {
+      case 1: dot_float<L, 1>(row, xt, cols, out); break;
+      case 2: dot_float<L, 2>(row, xt, cols, out); break;
+      case 3: dot_float<L, 3>(row, xt, cols, out); break;
+      default: dot_float<L, 4>(row, xt, cols, out); break;
+    }
+    for (int t = 0; t < nt; ++t) y[(t0 + t) * rows + r] = out[t];
+  });
+}
+
+}  // namespace
+
+void quantize_act(const int32_t* elem, int qk, int offset, const float* x, int64_t cols, int64_t n_tokens,
+                  int8_t* q, float* d, float* corr) {
+  bool identity = true;
+  for (int p = 0; p < qk; ++p) identity = identity && elem[p] == p;
+  const int64_t nblocks = n_tokens * (cols / qk);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 inf = _mm256_set1_ps(__builtin_huge_valf());
+  auto quantize_block = [&](int64_t b) {
+    const float* xb = x + b * qk;  // tokens are contiguous rows of cols = whole blocks
+    float c = 0.0f;
+    for (int g = 0; g < qk / 32; ++g) {
+      __m256 v[4];
+      for (int j = 0; j < 4; ++j)
+        v[j] = identity ? _mm256_loadu_ps(xb + 32 * g + 8 * j)
+                        : _mm256_i32gather_ps(xb, load32(elem + 32 * g + 8 * j), 4);
+      __m256 amax8 = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+      for (int j = 0; j < 4; ++j) {
+        const __m256 a = _mm256_and_ps(v[j], abs_mask);
+        amax8 = _mm256_max_ps(amax8, a);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ));  // inf or NaN
+      }
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+      int8_t* qg = q + b * qk + 32 * g;
+      float dg;
+      int sum = 0;
+      if (_mm256_movemask_ps(bad)) {
+        dg = __builtin_nanf("");
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qg), _mm256_setzero_si256());
+      } else {
+        dg = amax / 127.0f;
+        const __m256 id = _mm256_set1_ps(dg > 0.0f ? 1.0f / dg : 0.0f);
+        __m256i i32[4];
+        for (int j = 0; j < 4; ++j) {
+          const __m256 r = _mm256_round_ps(_mm256_mul_ps(v[j], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+          i32[j] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f)));
+        }
+        const __m256i s = _mm256_add_epi32(_mm256_add_epi32(i32[0], i32[1]), _mm256_add_epi32(i32[2], i32[3]));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+        sum = _mm_cvtsi128_si32(s4);
+        // packs work per 128-bit half: dwords come out as 0,4,1,5,2,6,3,7 of the wanted order.
+        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i32[0], i32[1]), _mm256_packs_epi32(i32[2], i32[3]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qg),
+                            _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+      }
+      d[b * (qk / 32) + g] = dg;
+      c += dg * float(sum);
+    }
+    corr[b] = float(offset) * c;
+  };
+  if (n_tokens * cols >= kParallelWork) {
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < nblocks; ++b) quantize_block(b);
+  } else {
+    for (int64_t b = 0; b < nblocks; ++b) quantize_block(b);
+  }
+}
+
+bool matmul_q8(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const ActView& a, float* y) {
+  switch (type) {
+    case TypeId::Q8_0: run_q8<KQ8>(w, rows, cols, a, y); return true;
+    case TypeId::Q4_0: run_q8<KQ4>(w, rows, cols, a, y); return true;
+    case TypeId::Q1_0: run_q8<KQ1>(w, rows, cols, a, y); return true;
+    case TypeId::Q2_0: run_q8<K2bit<QK2_0>>(w, rows, cols, a, y); return true;
+    case TypeId::PQ2_0: run_q8<K2bit<QK_PQ2_0>>(w, rows, cols, a, y); return true;
+    case TypeId::TQ2_0: run_q8<KTQ2>(w, rows, cols, a, y); return true;
+    case TypeId::TQ1_0: run_q8<KTQ1>(w, rows, cols, a, y); return true;
+    case TypeId::PTQ1_0: run_q8<KPTQ1>(w, rows, cols, a, y); return true;
+    default: return false;
+  }
+}
+
+bool matmul_float(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const float* x,
+                  int64_t n_tokens, float* y) {
+  switch (type) {
+    case TypeId::F32: run_float<LF32, 4>(w, rows, cols, x, n_tokens, y); return true;
+    case TypeId::F16: run_float<LF16, 2>(w, rows, cols, x, n_tokens, y); return true;
+    case TypeId::BF16: run_float<LBF16, 2>(w, rows, cols, x, n_tokens, y); return true;
+    default: return false;
+  }
+}
+
+}  // namespace bonsai::cpu::avx2

@@ -1,0 +1,34 @@
+// The AVX2+FMA+F16C kernels (kernels_avx2.cpp, the only file compiled with those instructions).
+// Call them only after the run-time CPU check in matmul.cpp. The interface is plain pointers and
+// integers on purpose: that file must not instantiate inline library code (std:: templates) that
+// other files could end up linked against, compiled for a CPU they may not run on.
+#pragma once
+#include <cstdint>
+
+#include "formats/types.h"
+
+namespace bonsai::cpu::avx2 {
+
+// A QuantAct (act_quant.h) seen as pointers.
+struct ActView {
+  const int8_t* q;
+  const float* d;
+  const float* corr;
+  int64_t cols, n_tokens;
+};
+
+// act_quant.h's quantize_act (the same bytes, tests hold them equal), vectorized: fills q, d, corr
+// (sized by QuantAct::reset) from n_tokens rows of cols floats, for the layout given as its
+// position -> element table elem[qk] and offset.
+void quantize_act(const int32_t* elem, int qk, int offset, const float* x, int64_t cols, int64_t n_tokens,
+                  int8_t* q, float* d, float* corr);
+
+// y[t*rows + r] for a weight matrix of `rows` rows of `cols` elements stored contiguously in its
+// type. Each returns false, computing nothing, when it has no kernel for the type.
+// Int8 kernels: activations already quantized with act_layout(type).
+bool matmul_q8(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const ActView& a, float* y);
+// Float kernels (F32, F16, BF16).
+bool matmul_float(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const float* x,
+                  int64_t n_tokens, float* y);
+
+}  // namespace bonsai::cpu::avx2

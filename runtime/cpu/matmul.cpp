@@ -1,0 +1,112 @@
+#include "runtime/cpu/matmul.h"
+
+#include <omp.h>
+
+#include <vector>
+
+#include "formats/error.h"
+#include "runtime/cpu/act_quant.h"
+#include "runtime/cpu/parallel.h"
+#if BONSAI_CPU_AVX2
+#include "runtime/cpu/kernels_avx2.h"
+#endif
+
+namespace bonsai::cpu {
+namespace {
+
+struct Matrix {
+  const TypeTraits* type;
+  int64_t rows, cols;
+  uint64_t row_bytes;
+};
+
+Matrix check_matrix(const Tensor& w, const char* op) {
+  const TypeTraits* tt = find_type(uint32_t(w.type));
+  if (!tt) fail(w.name, op, ": unknown tensor type id ", uint32_t(w.type));
+  if (w.ne.size() != 2 || w.ne[0] <= 0 || w.ne[1] < 0)
+    fail(w.name, op, ": expected a 2-D tensor [cols, rows], got ", w.shape_str());
+  const auto want = tensor_bytes(w.type, w.ne);
+  if (!want)
+    fail(w.name, op, ": rows of ", w.ne[0], " elements are not a whole number of ", tt->name, " blocks of ",
+         tt->block_elems);
+  if (*want != w.nbytes)
+    fail(w.name, op, ": holds ", w.nbytes, " bytes, a ", tt->name, " tensor ", w.shape_str(), " has ", *want);
+  if (w.nbytes > 0 && !w.data) fail(w.name, op, ": tensor has no data");
+  return {tt, w.ne[1], w.ne[0], *row_bytes(w.type, uint64_t(w.ne[0]))};
+}
+
+void check_count(const Tensor& w, const char* op, const char* what, int64_t n) {
+  if (n < 0) fail(w.name, op, ": negative ", what, " count ", n);
+}
+
+#if BONSAI_CPU_AVX2
+bool avx2_usable() {
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  }();
+  return ok;
+}
+#endif
+
+}  // namespace
+
+void matmul_ref(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
+  const Matrix m = check_matrix(w, "matmul");
+  check_count(w, "matmul", "token", n_tokens);
+  const int nth = omp_get_max_threads();
+  std::vector<float> rows_f32(size_t(nth) * size_t(m.cols));  // one decoded row per thread
+#pragma omp parallel num_threads(nth) if (m.rows * m.cols * n_tokens >= kParallelWork)
+  {
+    float* row = rows_f32.data() + size_t(omp_get_thread_num()) * size_t(m.cols);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < m.rows; ++r) {
+      m.type->to_float(w.data + uint64_t(r) * m.row_bytes, row, m.cols);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        const float* xt = x + t * m.cols;
+        double s = 0.0;
+        for (int64_t k = 0; k < m.cols; ++k) s += double(row[k]) * double(xt[k]);
+        y[t * m.rows + r] = float(s);
+      }
+    }
+  }
+}
+
+void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
+  const Matrix m = check_matrix(w, "matmul");
+  check_count(w, "matmul", "token", n_tokens);
+  if (m.rows == 0 || n_tokens == 0) return;
+#if BONSAI_CPU_AVX2
+  if (avx2_usable()) {
+    if (const ActLayout* layout = act_layout(w.type)) {
+      thread_local QuantAct act;  // reused across calls: no allocation per token once warm
+      act.reset(*layout, m.cols, n_tokens);
+      avx2::quantize_act(act.elem.data(), act.qk, act.offset, x, m.cols, n_tokens, act.q.data(), act.d.data(),
+                         act.corr.data());
+      const avx2::ActView view{act.q.data(), act.d.data(), act.corr.data(), m.cols, n_tokens};
+      if (avx2::matmul_q8(w.type, w.data, m.rows, m.cols, view, y)) return;
+    } else if (avx2::matmul_float(w.type, w.data, m.rows, m.cols, x, n_tokens, y)) {
+      return;
+    }
+  }
+#endif
+  matmul_ref(w, x, n_tokens, y);
+}
+
+void get_rows(const Tensor& w, const int32_t* ids, int64_t n, float* out) {
+  const Matrix m = check_matrix(w, "get_rows");
+  check_count(w, "get_rows", "row", n);
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= m.rows) fail(w.name, "get_rows: row id ", ids[i], " outside [0, ", m.rows, ")");
+  for (int64_t i = 0; i < n; ++i)
+    m.type->to_float(w.data + uint64_t(ids[i]) * m.row_bytes, out + i * m.cols, m.cols);
+}
+
+const char* matmul_path() {
+#if BONSAI_CPU_AVX2
+  if (avx2_usable()) return "avx2";
+#endif
+  return "scalar";
+}
+
+}  // namespace bonsai::cpu

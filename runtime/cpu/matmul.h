@@ -1,0 +1,36 @@
+// Matrix products of stored weights with float activations, on the CPU: the kernels the runtime's
+// forward pass calls. Weights stay in their stored type (any type of formats/types.h); nothing is
+// converted ahead of time.
+#pragma once
+#include <cstdint>
+
+#include "formats/tensor_set.h"
+
+namespace bonsai::cpu {
+
+// y[t*rows + r] = sum_k W[r, k] * x[t*cols + k] for t < n_tokens, where W is a 2-D tensor with
+// ne[0] = cols (the input width) and ne[1] = rows (the outputs). x and y must not overlap.
+// Threads: OpenMP over output rows, omp_get_max_threads() of them (the caller sets it).
+// Throws Error naming the tensor when it is not a well-formed 2-D tensor.
+//
+// Takes the fastest path this CPU has (matmul_path()). On the AVX2 path, quantized weights are
+// multiplied by activations quantized to int8 per 32 values (float scale d = amax/127, round to
+// nearest), so each output differs from matmul_ref by at most
+//   sum over activation groups g of amax_g/254 * sum_{k in g} |W[r,k]|   (plus float rounding);
+// float weights (F32/F16/BF16) use float FMA dot products, within ~1e-5 relative of matmul_ref.
+void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y);
+
+// The scalar reference: every row decoded with the type table's to_float, each dot product
+// accumulated in double and rounded to float once. Exact up to that one rounding, so it is the
+// yardstick for the fast paths. Same threads as matmul (rows are independent: the result does
+// not depend on the thread count).
+void matmul_ref(const Tensor& w, const float* x, int64_t n_tokens, float* y);
+
+// Embedding lookup: out[i*cols .. i*cols+cols) = row ids[i] of w decoded to float with the type
+// table's to_float, for i < n. Throws Error naming the tensor when an id is outside [0, rows).
+void get_rows(const Tensor& w, const int32_t* ids, int64_t n, float* out);
+
+// "avx2" when matmul uses the AVX2+FMA+F16C kernels on this CPU, else "scalar" (matmul_ref).
+const char* matmul_path();
+
+}  // namespace bonsai::cpu

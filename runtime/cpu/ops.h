@@ -1,0 +1,20 @@
+// The small element-wise steps of a decoder forward pass on the CPU, next to the matmuls. Plain
+// loops: they touch n floats per token where a matmul touches the whole weight matrix.
+#pragma once
+#include <cstdint>
+
+namespace bonsai::cpu {
+
+// y[i] = x[i] / sqrt(mean(x^2) + eps) * w[i] (RMSNorm; sum of squares in double, as ggml's
+// rms_norm). w may be null (no gain); y may be x.
+void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y);
+
+// In place: x[i] = exp(x[i] - max) / sum_j exp(x[j] - max) (sum in double). -inf entries (masked
+// positions) become 0; n must be > 0 with at least one finite entry for a meaningful result.
+void softmax(float* x, int64_t n);
+
+// out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)) (the SwiGLU feed-forward gate).
+// out may be gate or up.
+void swiglu(const float* gate, const float* up, int64_t n, float* out);
+
+}  // namespace bonsai::cpu

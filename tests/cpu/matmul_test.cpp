@@ -1,0 +1,466 @@
+// CPU matmul: the fast path (matmul) against the scalar reference (matmul_ref) and against an
+// exact rebuild of what the int8 kernels compute, for every weight type, on random encoded
+// weights and on random raw block bytes (every code, including PQ2_0/TQ2_0/Q2_0 code 3 and base-3
+// bytes the encoder never writes).
+//
+// Tolerances, per output y[t, r] (W = weights decoded by to_float, x = activations):
+//
+//   type            fast vs matmul_ref                     fast vs int8 rebuild
+//   F32/F16/BF16    1e-5 * sum_k |W_rk x_k|                 (no int8 step)
+//   quantized       sum_k |W_rk| * d_g(k)/2  +  rebuild tol 1e-5 * U_r,
+//                                                          U_r = sum_k (|W_rk| + 2*off*|d_rk|) * |xq_k|
+//
+// * Float paths: the weights convert to float exactly (fp16/bf16 -> f32 is exact), so the only
+//   difference is float vs double summation: with 8 lanes and <= 4 accumulators a lane's chain
+//   is <= cols/8 = 256 FMAs, relative error well under 256 * 2^-24 = 1.5e-5 of sum |W x| in the
+//   worst case and ~1e-7 in practice.
+// * Quantized paths: activations are rounded to int8 per group g of 32 values with scale
+//   d_g = amax_g/127, so |x_k - xq_k| <= d_g/2 (= amax_g/254, the "1/127 per block" relative
+//   error) and |sum W (x - xq)| <= sum |W| d_g/2. What remains is float rounding of the kernel's
+//   exact integer block sums: their magnitude is at most sum |code * d_w * xq| with
+//   |code| <= |W/d_w| + offset, plus the offset correction (same size) = U_r; chains of <= 64
+//   FMAs give well under 1e-5 relative. The rebuild (sum over positions of W * d_g * q, double)
+//   equals the kernel's exact arithmetic, so a single wrong code or a misplaced element (an error
+//   of |d_w * xq_k|, ~1/cols of U_r) fails it, while the sum_k |W| d_g/2 bound alone is loose.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstddef>
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "formats/blocks.h"
+#include "formats/error.h"
+#include "formats/fp16.h"
+#include "formats/tensor_set.h"
+#include "formats/types.h"
+#include "runtime/cpu/act_quant.h"
+#include "runtime/cpu/kernels_avx2.h"
+#include "runtime/cpu/matmul.h"
+
+using namespace bonsai;
+
+namespace {
+
+constexpr double kFloatRel = 1e-5;
+constexpr double kRebuildRel = 1e-5;
+
+// Byte offset of the fp16 scale d within a block (spec §1: first, or last for the base-3 and
+// TQ2_0 layouts); -1 for the float types.
+int scale_offset(TypeId id) {
+  switch (id) {
+    case TypeId::Q8_0: return offsetof(block_q8_0, d);
+    case TypeId::Q4_0: return offsetof(block_q4_0, d);
+    case TypeId::Q1_0: return offsetof(block_q1_0, d);
+    case TypeId::Q2_0: return offsetof(block_q2_0, d);
+    case TypeId::PQ2_0: return offsetof(block_pq2_0, d);
+    case TypeId::TQ1_0: return offsetof(block_tq1_0, d);
+    case TypeId::TQ2_0: return offsetof(block_tq2_0, d);
+    case TypeId::PTQ1_0: return offsetof(block_ptq1_0, d);
+    default: return -1;
+  }
+}
+
+struct Weights {
+  std::vector<uint8_t> bytes;
+  Tensor t;
+  std::vector<float> w;   // decoded with to_float, rows x cols
+  std::vector<float> dw;  // |block scale| per element (0 for float types)
+
+  Weights() = default;
+  // Copies own their bytes: the tensor must point at them, not at the original's.
+  Weights(const Weights& o) : bytes(o.bytes), t(o.t), w(o.w), dw(o.dw) { t.data = bytes.data(); }
+  Weights& operator=(const Weights& o) {
+    bytes = o.bytes;
+    t = o.t;
+    t.data = bytes.data();
+    w = o.w;
+    dw = o.dw;
+    return *this;
+  }
+
+  int64_t rows() const { return t.ne[1]; }
+  int64_t cols() const { return t.ne[0]; }
+  // Refresh w/dw after editing bytes.
+  void decode() {
+    const TypeTraits& tt = traits(t.type);
+    w.resize(size_t(rows() * cols()));
+    dw.assign(w.size(), 0.0f);
+    tt.to_float(bytes.data(), w.data(), int64_t(w.size()));
+    const int off = scale_offset(t.type);
+    if (off < 0) return;
+    for (size_t k = 0; k < w.size(); ++k) {
+      const size_t b = k / size_t(tt.block_elems);
+      uint16_t h;
+      std::memcpy(&h, bytes.data() + b * size_t(tt.block_bytes) + size_t(off), 2);
+      dw[k] = std::fabs(fp16_to_f32(h));
+    }
+  }
+};
+
+// raw = false: random normal floats through from_float (blocks as the quantizer writes them).
+// raw = true (quantized types): every byte random, then each scale set to a random fp16 of
+// either sign in [0.25, 2): all code patterns, and finite values.
+Weights make_weights(TypeId id, int64_t rows, int64_t cols, bool raw, std::mt19937& rng) {
+  const TypeTraits& tt = traits(id);
+  Weights m;
+  const int64_t ne[2] = {cols, rows};
+  m.bytes.resize(*tensor_bytes(id, ne));
+  const int off = scale_offset(id);
+  if (raw && off >= 0) {
+    for (auto& b : m.bytes) b = uint8_t(rng());
+    std::uniform_real_distribution<float> u(0.25f, 2.0f);
+    for (size_t b = 0; b < m.bytes.size(); b += size_t(tt.block_bytes)) {
+      const uint16_t h = f32_to_fp16((rng() & 1) ? u(rng) : -u(rng));
+      std::memcpy(m.bytes.data() + b + size_t(off), &h, 2);
+    }
+  } else {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> f(size_t(rows * cols));
+    for (auto& v : f) v = nd(rng);
+    tt.from_float(f.data(), m.bytes.data(), int64_t(f.size()));
+  }
+  m.t.name = std::string("blk.0.test.") + tt.name;
+  m.t.type = id;
+  m.t.ne = {cols, rows};
+  m.t.data = m.bytes.data();
+  m.t.nbytes = m.bytes.size();
+  m.decode();
+  return m;
+}
+
+std::vector<float> random_x(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = nd(rng);
+  return x;
+}
+
+// "" when `fast` (outputs of W x for n tokens) is within tolerance of matmul_ref and, when the
+// int8 kernels ran, of their exact rebuild; else which output is off and by how much. Also checks
+// matmul_ref against the exact sum.
+std::string mismatch(const Weights& m, const std::vector<float>& x, int64_t n_tokens, const std::vector<float>& fast) {
+  const int64_t rows = m.rows(), cols = m.cols();
+  std::vector<float> ref(size_t(rows * n_tokens));
+  cpu::matmul_ref(m.t, x.data(), n_tokens, ref.data());
+
+  const cpu::ActLayout* layout = cpu::act_layout(m.t.type);
+  const bool int8_path = layout && std::string(cpu::matmul_path()) == "avx2";
+  cpu::QuantAct a;
+  std::vector<int> elem;
+  if (int8_path) {
+    cpu::quantize_act(*layout, x.data(), cols, n_tokens, a);
+    for (int p = 0; p < layout->qk; ++p) elem.push_back(layout->elem(p));
+  }
+  auto off = [&](const char* what, int64_t t, int64_t r, double got, double want, double tol) {
+    std::ostringstream os;
+    os << what << " t=" << t << " r=" << r << ": " << got << " vs " << want << " (tolerance " << tol << ")";
+    return os.str();
+  };
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* w = m.w.data() + r * cols;
+      const float* xt = x.data() + t * cols;
+      const size_t o = size_t(t * rows + r);
+      // matmul_ref is the exact sum rounded once.
+      double exact = 0, mag = 0;
+      for (int64_t k = 0; k < cols; ++k) {
+        exact += double(w[k]) * xt[k];
+        mag += std::fabs(double(w[k]) * xt[k]);
+      }
+      if (!(std::fabs(ref[o] - exact) <= 1e-6 * mag + 1e-30)) return off("ref vs exact", t, r, ref[o], exact, 1e-6 * mag);
+      if (!int8_path) {
+        const double tol = kFloatRel * mag + 1e-30;
+        if (!(std::fabs(fast[o] - ref[o]) <= tol)) return off("fast vs ref", t, r, fast[o], ref[o], tol);
+        continue;
+      }
+      // Rebuild: weight element elem(p) of each block times the dequantized activation at p.
+      double rebuilt = 0, u = 0, quant_err = 0;
+      for (int64_t k0 = 0; k0 < cols; k0 += layout->qk)
+        for (int p = 0; p < layout->qk; ++p) {
+          const int64_t k = k0 + elem[size_t(p)];
+          const int64_t pos = t * cols + k0 + p;
+          const double d = a.d[size_t(pos / 32)];
+          const double xq = d * a.q[size_t(pos)];
+          rebuilt += double(w[k]) * xq;
+          u += (std::fabs(w[k]) + 2.0 * layout->offset * m.dw[size_t(r * cols + k)]) * std::fabs(xq);
+          quant_err += std::fabs(w[k]) * d / 2;
+        }
+      const double tol = kRebuildRel * u + 1e-30;
+      if (!(std::fabs(fast[o] - rebuilt) <= tol)) return off("fast vs int8 rebuild", t, r, fast[o], rebuilt, tol);
+      const double qtol = quant_err * (1 + 1e-5) + tol;
+      if (!(std::fabs(fast[o] - ref[o]) <= qtol)) return off("fast vs ref", t, r, fast[o], ref[o], qtol);
+    }
+  return "";
+}
+
+std::vector<float> run_matmul(const Weights& m, const std::vector<float>& x, int64_t n_tokens) {
+  std::vector<float> y(size_t(m.rows() * n_tokens));
+  cpu::matmul(m.t, x.data(), n_tokens, y.data());
+  return y;
+}
+
+const char* kinds[] = {"encoded", "raw"};
+
+}  // namespace
+
+TEST(CpuMatmul, UsesTheAvx2PathWhenTheCpuHasIt) {
+  __builtin_cpu_init();
+  const bool avx2 =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  EXPECT_STREQ(cpu::matmul_path(), avx2 ? "avx2" : "scalar");
+}
+
+// Every type x cols {256, 512, 768, 2048} (float types also 37, 100) x rows {1, 5, 67} x tokens
+// {1, 3, 17}: rows 67 split unevenly over threads, 17 tokens leave a partial group of 4, and the
+// large shapes take the threaded, tiled path while the small ones run on one thread.
+TEST(CpuMatmul, FastPathMatchesReferenceForEveryType) {
+  std::mt19937 rng(7);
+  for (const TypeTraits& tt : all_types()) {
+    for (bool raw : {false, true}) {
+      if (raw && !tt.quantized) continue;
+      std::vector<int64_t> widths = {256, 512, 768, 2048};
+      if (tt.block_elems == 1) widths.insert(widths.begin(), {37, 100});  // float tails past the last 8 / 32
+      for (int64_t cols : widths)
+        for (int64_t rows : {1, 5, 67}) {
+          const Weights m = make_weights(tt.id, rows, cols, raw, rng);
+          for (int64_t n : {1, 3, 17}) {
+            const auto x = random_x(cols * n, rng);
+            const std::string what = std::string(tt.name) + " " + kinds[raw] + " " + std::to_string(cols) + "x" +
+                                     std::to_string(rows) + " n=" + std::to_string(n);
+            ASSERT_EQ(mismatch(m, x, n, run_matmul(m, x, n)), "") << what;
+          }
+        }
+    }
+  }
+}
+
+// Token t is one-hot at element t, so output [t, r] must be W[r, t] itself: every element of
+// every block position must land on its own weight (a layout or unpacking slip shows as a wrong
+// value at a precise place). One call of cols tokens also exercises the multi-token kernels.
+TEST(CpuMatmul, OneHotActivationsPickEachWeight) {
+  std::mt19937 rng(11);
+  for (const TypeTraits& tt : all_types()) {
+    const int64_t cols = 512, rows = 3;
+    const Weights m = make_weights(tt.id, rows, cols, tt.quantized, rng);
+    std::vector<float> x(size_t(cols * cols), 0.0f);
+    for (int64_t t = 0; t < cols; ++t) x[size_t(t * cols + t)] = 1.0f;
+    std::vector<float> y(size_t(rows * cols));
+    cpu::matmul(m.t, x.data(), cols, y.data());
+    for (int64_t t = 0; t < cols; ++t)
+      for (int64_t r = 0; r < rows; ++r) {
+        const float want = m.w[size_t(r * cols + t)];
+        // 1.0 quantizes to 127 * (1/127): exact to a few ulps; the offset correction cancels the
+        // offset to a few ulps of the scale.
+        ASSERT_NEAR(y[size_t(t * rows + r)], want, 1e-6 * (std::fabs(want) + 32 * m.dw[size_t(r * cols + t)]))
+            << tt.name << " element " << t << " row " << r;
+      }
+  }
+}
+
+// The checks can fail: after one stored code byte changes, the result computed before the
+// change (what a kernel that skipped the byte would return) must fail them, the new one must
+// pass, and no other row may move.
+TEST(CpuMatmul, CorruptedWeightByteIsCaught) {
+  std::mt19937 rng(3);
+  for (const TypeTraits& tt : all_types()) {
+    if (!tt.quantized) continue;
+    const int64_t cols = 512, rows = 4;
+    Weights m = make_weights(tt.id, rows, cols, false, rng);
+    const Weights orig = m;
+    // First code byte (never the scale) of row 2's second block whose flip changes a weight.
+    const int off = scale_offset(tt.id);
+    const size_t block = 2 * (m.bytes.size() / size_t(rows)) + size_t(tt.block_bytes);
+    std::vector<int64_t> changed;
+    for (size_t i = (off == 0 ? 2 : 0); changed.empty(); ++i) {
+      ASSERT_LT(i, size_t(tt.block_bytes) - (off == 0 ? 0 : 2)) << tt.name << ": no byte flip changes a weight";
+      m = orig;
+      m.bytes[block + i] ^= 0xff;
+      m.decode();
+      for (int64_t k = 0; k < cols; ++k)
+        if (m.w[size_t(2 * cols + k)] != orig.w[size_t(2 * cols + k)]) changed.push_back(k);
+    }
+    // Activations that make the change count: 4 * sign(change) on the changed elements.
+    auto x = random_x(cols, rng);
+    for (int64_t k : changed) x[size_t(k)] = m.w[size_t(2 * cols + k)] > orig.w[size_t(2 * cols + k)] ? 4.0f : -4.0f;
+    const auto before = run_matmul(orig, x, 1);
+    const auto after = run_matmul(m, x, 1);
+    EXPECT_EQ(mismatch(orig, x, 1, before), "") << tt.name;
+    EXPECT_EQ(mismatch(m, x, 1, after), "") << tt.name;
+    EXPECT_NE(mismatch(m, x, 1, before), "") << tt.name << ": stale result passes the corrupted weights";
+    for (int64_t r = 0; r < rows; ++r)
+      if (r != 2) {
+        EXPECT_EQ(after[size_t(r)], before[size_t(r)]) << tt.name << " row " << r;
+      }
+  }
+}
+
+// Each output row is computed whole by one thread: the thread count must not change a bit.
+TEST(CpuMatmul, ResultDoesNotDependOnThreadCount) {
+  std::mt19937 rng(5);
+  const int saved = omp_get_max_threads();
+  for (TypeId id : {TypeId::F16, TypeId::Q8_0, TypeId::PTQ1_0, TypeId::TQ1_0}) {
+    const Weights m = make_weights(id, 131, 768, false, rng);
+    const auto x = random_x(768 * 5, rng);
+    std::vector<float> y1(131 * 5), y3(y1.size());
+    omp_set_num_threads(1);
+    cpu::matmul(m.t, x.data(), 5, y1.data());
+    omp_set_num_threads(3);
+    cpu::matmul(m.t, x.data(), 5, y3.data());
+    EXPECT_EQ(0, std::memcmp(y1.data(), y3.data(), y1.size() * 4)) << traits(id).name;
+  }
+  omp_set_num_threads(saved);
+}
+
+// A NaN activation poisons every output, as in float math, instead of vanishing in int8.
+TEST(CpuMatmul, NonFiniteActivationPropagates) {
+  std::mt19937 rng(9);
+  for (TypeId id : {TypeId::Q8_0, TypeId::PTQ1_0, TypeId::F32}) {
+    const Weights m = make_weights(id, 4, 256, false, rng);
+    auto x = random_x(256, rng);
+    x[100] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> y(4);
+    cpu::matmul(m.t, x.data(), 1, y.data());
+    for (float v : y) EXPECT_TRUE(std::isnan(v)) << traits(id).name;
+  }
+}
+
+TEST(CpuMatmul, RejectsMalformedTensorsNamingThem) {
+  std::mt19937 rng(1);
+  Weights m = make_weights(TypeId::PTQ1_0, 2, 256, false, rng);
+  std::vector<float> x(256), y(2);
+  auto expect_error = [&](const Tensor& t, const char* what) {
+    try {
+      cpu::matmul(t, x.data(), 1, y.data());
+      ADD_FAILURE() << "no error for " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(t.name), std::string::npos) << e.what();
+    }
+  };
+  Tensor t = m.t;
+  t.nbytes -= 1;
+  expect_error(t, "short data");
+  t = m.t;
+  t.ne = {256, 1, 2};
+  expect_error(t, "3-D");
+  t = m.t;
+  t.ne = {200, 2};  // not a whole number of 128-blocks
+  expect_error(t, "partial block");
+  t = m.t;
+  t.data = nullptr;
+  expect_error(t, "no data");
+  EXPECT_THROW(cpu::matmul(m.t, x.data(), -1, y.data()), Error);
+}
+
+TEST(CpuGetRows, MatchesToFloatForEveryType) {
+  std::mt19937 rng(2);
+  for (const TypeTraits& tt : all_types()) {
+    const Weights m = make_weights(tt.id, 9, 256, tt.quantized, rng);
+    const int32_t ids[] = {8, 0, 3, 3};
+    std::vector<float> out(4 * 256);
+    cpu::get_rows(m.t, ids, 4, out.data());
+    for (int i = 0; i < 4; ++i)
+      EXPECT_EQ(0, std::memcmp(out.data() + i * 256, m.w.data() + ids[i] * 256, 256 * 4)) << tt.name << " " << i;
+  }
+}
+
+TEST(CpuGetRows, RejectsOutOfRangeIds) {
+  std::mt19937 rng(2);
+  const Weights m = make_weights(TypeId::Q8_0, 9, 256, false, rng);
+  std::vector<float> out(256);
+  for (int32_t bad : {9, -1}) {
+    try {
+      cpu::get_rows(m.t, &bad, 1, out.data());
+      ADD_FAILURE() << "no error for id " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(m.t.name), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::to_string(bad)), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The activation quantizer's contract (act_quant.h), which the rebuild above relies on.
+TEST(CpuQuantizeAct, LayoutsArePermutationsAndRoundingIsHalfAStep) {
+  std::mt19937 rng(4);
+  for (const TypeTraits& tt : all_types()) {
+    const cpu::ActLayout* l = cpu::act_layout(tt.id);
+    if (!l) {
+      EXPECT_FALSE(tt.quantized) << tt.name;
+      continue;
+    }
+    ASSERT_EQ(l->qk, tt.block_elems) << tt.name;
+    std::vector<int> seen(size_t(l->qk), 0);
+    for (int p = 0; p < l->qk; ++p) {
+      const int e = l->elem(p);
+      ASSERT_TRUE(e >= 0 && e < l->qk) << tt.name;
+      ++seen[size_t(e)];
+    }
+    for (int s : seen) ASSERT_EQ(s, 1) << tt.name << " layout is not a permutation";
+
+    const int64_t cols = 2 * l->qk, n = 2;
+    auto x = random_x(cols * n, rng);
+    for (int i = 0; i < 32; ++i) x[size_t(l->elem(i))] = 0.0f;  // token 0's first group all zero
+    cpu::QuantAct a;
+    quantize_act(*l, x.data(), cols, n, a);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t b = 0; b < cols / l->qk; ++b) {
+        double corr = 0;
+        for (int g = 0; g < l->qk / 32; ++g) {
+          const int64_t base = t * cols + b * l->qk;
+          const float d = a.d[size_t((base + 32 * g) / 32)];
+          float amax = 0;
+          int sum = 0;
+          for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[size_t(base + l->elem(32 * g + i))]));
+          ASSERT_EQ(d, amax / 127.0f) << tt.name;
+          for (int i = 0; i < 32; ++i) {
+            const int p = 32 * g + i;
+            const int q = a.q[size_t(base + p)];
+            ASSERT_LE(std::abs(q), 127);
+            EXPECT_LE(std::fabs(x[size_t(base + l->elem(p))] - d * q), d / 2 * (1 + 1e-6)) << tt.name;
+            sum += q;
+          }
+          corr += double(d) * sum;
+        }
+        EXPECT_NEAR(a.corr[size_t(t * (cols / l->qk) + b)], l->offset * corr, 1e-5 * std::fabs(l->offset * corr) + 1e-6)
+            << tt.name;
+      }
+    EXPECT_EQ(a.d[0], 0.0f) << tt.name;
+  }
+}
+
+#if defined(__x86_64__)
+// The AVX2 quantizer (what matmul runs) writes exactly the bytes of the scalar definition, on
+// random values, exact ties (k + 1/2 steps), all-zero groups and non-finite values.
+TEST(CpuQuantizeAct, Avx2QuantizerIsBitExact) {
+  if (std::string(cpu::matmul_path()) != "avx2") GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(8);
+  for (const TypeTraits& tt : all_types()) {
+    const cpu::ActLayout* l = cpu::act_layout(tt.id);
+    if (!l) continue;
+    const int64_t cols = 2 * std::max(l->qk, 256), n = 3;
+    auto x = random_x(cols * n, rng);
+    for (int i = 0; i < 32; ++i) {
+      x[size_t(l->elem(i))] = 0.0f;                                // token 0, group 0: zero
+      x[size_t(cols + l->elem(i))] = 0.5f * float(i - 16) + 0.25f;  // token 1, group 0: x/d = k + 1/2
+    }
+    x[size_t(cols + l->elem(0))] = 63.5f;  // amax: d = 0.5 and 1/d = 2 exactly, so the ties are exact
+    x[size_t(2 * cols + 5)] = std::numeric_limits<float>::infinity();
+    x[size_t(2 * cols + 300)] = std::numeric_limits<float>::quiet_NaN();
+    cpu::QuantAct want, got;
+    cpu::quantize_act(*l, x.data(), cols, n, want);
+    got.reset(*l, cols, n);
+    cpu::avx2::quantize_act(got.elem.data(), got.qk, got.offset, x.data(), cols, n, got.q.data(), got.d.data(),
+                            got.corr.data());
+    EXPECT_EQ(got.q, want.q) << tt.name;
+    ASSERT_EQ(got.d.size(), want.d.size());
+    EXPECT_EQ(0, std::memcmp(got.d.data(), want.d.data(), got.d.size() * 4)) << tt.name;
+    EXPECT_EQ(0, std::memcmp(got.corr.data(), want.corr.data(), got.corr.size() * 4)) << tt.name;
+  }
+}
+#endif
