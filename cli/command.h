@@ -3,6 +3,7 @@
 #pragma once
 #include <boost/program_options.hpp>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,5 +32,7 @@ bool parse(const std::vector<std::string>& args, const std::string& usage, const
 // Shared option definitions.
 void add_json(po::options_description& o);     // --json
 void add_threads(po::options_description& o);  // -t/--threads
+void add_model(po::options_description& o);    // -m/--model (required)
+void add_device(po::options_description& o);   // --device cpu|cuda[:N]
 
 }  // namespace bonsai::cli

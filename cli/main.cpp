@@ -1,4 +1,7 @@
 // bonsai — ternary quantization toolchain. `bonsai <command> --help` for each command.
+#include <omp.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -23,6 +26,7 @@ bool parse(const std::vector<std::string>& args, const std::string& usage, const
     return false;
   }
   po::notify(vm);
+  if (vm.count("threads") && vm["threads"].as<int>() > 0) omp_set_num_threads(vm["threads"].as<int>());
   return true;
 }
 
@@ -34,6 +38,15 @@ void add_threads(po::options_description& o) {
   o.add_options()("threads,t", po::value<int>()->default_value(0), "worker threads (0: all cores)");
 }
 
+void add_model(po::options_description& o) {
+  o.add_options()("model,m", po::value<std::string>()->required(),
+                  "model: GGUF, .bonsai, Hugging Face folder or llama2.c .bin");
+}
+
+void add_device(po::options_description& o) {
+  o.add_options()("device", po::value<std::string>()->default_value("cpu"), "compute device: cpu or cuda[:N]");
+}
+
 }  // namespace bonsai::cli
 
 namespace {
@@ -41,7 +54,9 @@ namespace {
 void usage(std::ostream& os) {
   os << "bonsai " BONSAI_VERSION " — calibrated ternary quantization for LLMs\n\n"
      << "usage: bonsai <command> [options]    (bonsai <command> --help for details)\n\ncommands:\n";
-  for (const auto& c : bonsai::cli::commands()) {
+  auto cmds = bonsai::cli::commands();
+  std::sort(cmds.begin(), cmds.end(), [](const auto& a, const auto& b) { return std::string(a.name) < b.name; });
+  for (const auto& c : cmds) {
     os << "  " << c.name;
     for (size_t i = std::string(c.name).size(); i < 12; ++i) os << ' ';
     os << c.summary << "\n";

@@ -1,0 +1,58 @@
+// bonsai bench -m MODEL: prompt and generation speed against the measured memory roofline.
+#include <cstdio>
+
+#include "cli/command.h"
+#include "cli/json_out.h"
+#include "runtime/bench.h"
+
+namespace bonsai::cli {
+namespace {
+
+int run(const std::vector<std::string>& args) {
+  po::options_description opts("options");
+  add_model(opts);
+  BenchOptions bo;
+  opts.add_options()("n-prompt,p", po::value<int64_t>(&bo.n_prompt)->default_value(bo.n_prompt),
+                     "prompt tokens processed in one batch (pp)")(
+      "n-gen,n", po::value<int64_t>(&bo.n_gen)->default_value(bo.n_gen), "tokens generated one at a time (tg)")(
+      "reps,r", po::value<int>(&bo.reps)->default_value(bo.reps), "repetitions (after one warm-up)");
+  add_threads(opts);
+  add_device(opts);
+  add_json(opts);
+  po::variables_map vm;
+  if (!parse(args, "bonsai bench -m MODEL [-p 512] [-n 128] [-r 5] [--json]",
+             "Measures prompt processing (pp) and generation (tg) speed in tokens/s (mean +/- sd over\n"
+             "the repetitions), the weight bytes a generated token reads, the memory bandwidth of\n"
+             "the device measured in the same run, and tg as a percentage of that roofline\n"
+             "(bandwidth / bytes per token), plus peak RSS.\n\n"
+             "example:\n  bonsai bench -m qwen3-1.7b-ptq1_0.gguf -t 2 --json",
+             opts, {}, vm))
+    return 0;
+  const bool json = vm["json"].as<bool>();
+  auto backend = make_backend(vm["device"].as<std::string>(), vm["threads"].as<int>());
+  const auto model = load_model(vm["model"].as<std::string>());
+  const BenchResult r = bench(*model, *backend, bo, [&](const std::string& line) {
+    if (!json) std::fprintf(stderr, "%s\n", line.c_str());
+  });
+  if (json) {
+    print_json({{"model", vm["model"].as<std::string>()}, {"device", backend->name()}, {"n_prompt", bo.n_prompt},
+                {"n_gen", bo.n_gen}, {"reps", bo.reps}, {"pp_tps", r.pp_tps}, {"pp_sd", r.pp_sd},
+                {"tg_tps", r.tg_tps}, {"tg_sd", r.tg_sd}, {"bandwidth_gbs", r.bandwidth_gbs},
+                {"bytes_per_token", r.bytes_per_token}, {"roofline_tps", r.roofline_tps},
+                {"roofline_pct", r.roofline_pct}, {"peak_rss_bytes", r.peak_rss_bytes}});
+    return 0;
+  }
+  std::printf("model: %s (%s)\n", vm["model"].as<std::string>().c_str(), backend->name().c_str());
+  std::printf("pp%lld: %.2f +/- %.2f tokens/s\n", static_cast<long long>(bo.n_prompt), r.pp_tps, r.pp_sd);
+  std::printf("tg%lld: %.2f +/- %.2f tokens/s\n", static_cast<long long>(bo.n_gen), r.tg_tps, r.tg_sd);
+  std::printf("weights read per token: %.1f MB; measured bandwidth: %.1f GB/s; roofline: %.2f tokens/s\n",
+              double(r.bytes_per_token) / 1e6, r.bandwidth_gbs, r.roofline_tps);
+  std::printf("tg at %.1f%% of the bandwidth roofline; peak RSS %.1f MB\n", r.roofline_pct,
+              double(r.peak_rss_bytes) / 1e6);
+  return 0;
+}
+
+const Registrar reg({"bench", "measure prompt and generation speed against the bandwidth roofline", run});
+
+}  // namespace
+}  // namespace bonsai::cli

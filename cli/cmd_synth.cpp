@@ -1,0 +1,53 @@
+// bonsai synth: a random-weight model at real shapes, for speed measurements at scale.
+#include <cstdio>
+
+#include "cli/command.h"
+#include "formats/error.h"
+#include "runtime/synth.h"
+
+namespace bonsai::cli {
+namespace {
+
+TypeId type_option(const po::variables_map& vm, const char* name) {
+  const std::string v = vm[name].as<std::string>();
+  const TypeTraits* t = find_type(v);
+  if (!t) throw po::error(std::string("--") + name + ": unknown type '" + v + "'");
+  return t->id;
+}
+
+int run(const std::vector<std::string>& args) {
+  po::options_description opts("options");
+  SynthOptions so;
+  opts.add_options()("arch", po::value<std::string>(&so.arch)->default_value(so.arch), "architecture (qwen3)")(
+      "size", po::value<std::string>(&so.size)->default_value(so.size), "tiny, 0.6b, 1.7b, 4b or 8b")(
+      "type", po::value<std::string>()->default_value("ptq1_0"), "type of the blocks' linear weights")(
+      "embd-type", po::value<std::string>()->default_value("q8_0"), "type of token_embd.weight")(
+      "output-type", po::value<std::string>()->default_value("q8_0"), "type of output.weight (untied sizes)")(
+      "tokenizer", po::value<std::string>(&so.tokenizer), "tokenizer.json to embed (llama.cpp needs one)")(
+      "seed", po::value<uint64_t>(&so.seed)->default_value(so.seed), "random seed")(
+      "out,o", po::value<std::string>()->required(), "output: FILE.gguf or FILE.bonsai");
+  add_threads(opts);
+  po::variables_map vm;
+  if (!parse(args, "bonsai synth --arch qwen3 --size 1.7b --type ptq1_0 --tokenizer tokenizer.json -o FILE",
+             "Writes a model with random weights at the real shapes of a published model, in any\n"
+             "weight type, marked synthetic in its metadata. For speed measurements at real scale\n"
+             "(bonsai bench, llama-bench); its perplexity means nothing.\n\n"
+             "example:\n  bonsai synth --size 1.7b --type ptq1_0 --tokenizer tokenizer.json -o q3-1.7b-ptq1.gguf",
+             opts, {}, vm))
+    return 0;
+  so.type = type_option(vm, "type");
+  so.embd_type = type_option(vm, "embd-type");
+  so.output_type = type_option(vm, "output-type");
+  const std::string out = vm["out"].as<std::string>();
+  synth_model(so, out, [](size_t done, size_t total) {
+    std::fprintf(stderr, "\rsynth: %zu/%zu tensors", done, total);
+    if (done == total) std::fprintf(stderr, "\n");
+  });
+  std::printf("wrote %s (synthetic %s-%s, %s)\n", out.c_str(), so.arch.c_str(), so.size.c_str(), traits(so.type).name);
+  return 0;
+}
+
+const Registrar reg({"synth", "write a random-weight model at real shapes (for speed tests)", run});
+
+}  // namespace
+}  // namespace bonsai::cli

@@ -1,0 +1,51 @@
+// The small interface a compute backend implements. The transformer (transformer.cpp) is written
+// once against it; cpu/ and cuda/ implement the operations on their own memory. Activations are
+// float32, row-major [n rows][width]; weights are formats' Tensors in their stored types.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/tensor_set.h"
+#include "runtime/hadamard.h"
+
+namespace bonsai {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // Backend memory for n floats, zeroed, owned by the backend until it is destroyed.
+  virtual float* alloc(int64_t n) = 0;
+  virtual void to_host(const float* src, float* dst, int64_t n) = 0;
+
+  // out[i] = row ids[i] of the table, decoded to float (ids are host memory).
+  virtual void embed(const Tensor& table, const int32_t* ids, int64_t n, float* out) = 0;
+  // y[t][r] = sum_k W[r][k] x[t][k] for t < n.
+  virtual void matmul(const Tensor& w, const float* x, int64_t n, float* y) = 0;
+  // y = x / rms(x) * weight, per row of width dim (in place allowed).
+  virtual void rmsnorm(const float* x, const std::vector<float>& weight, int64_t rows, int64_t dim, float eps,
+                       float* y) = 0;
+  virtual void add_bias(float* y, const std::vector<float>& bias, int64_t rows) = 0;
+  // Rotary embedding of n tokens at positions pos0.., n_heads heads of head_dim, first n_rot dims.
+  virtual void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos0,
+                    float base, bool neox) = 0;
+  // Causal attention of n query tokens at positions pos0.. over the cache rows 0..pos0+n-1.
+  virtual void attention(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0,
+                         int64_t n_head, int64_t n_head_kv, int64_t head_dim, float* out) = 0;
+  virtual void copy(const float* src, float* dst, int64_t n) = 0;
+  virtual void add(float* x, const float* y, int64_t n) = 0;        // x += y
+  virtual void silu_mul(float* g, const float* u, int64_t n) = 0;  // g = silu(g) * u
+  virtual void hadamard(const HadamardSpec& spec, float* x, int64_t n, int64_t k, bool inverse) = 0;
+
+  // The memory-read bandwidth this backend's weights stream from (GB/s), measured now: the
+  // roofline that generation speed is judged against.
+  virtual double measure_bandwidth_gbs() = 0;
+};
+
+// "cpu" (always), "cuda[:N]" when built with CUDA; Error for anything else.
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads);
+
+}  // namespace bonsai

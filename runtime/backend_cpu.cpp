@@ -1,0 +1,123 @@
+// The CPU backend: the transformer's operations on host memory, OpenMP across rows and heads;
+// matrix products by stored type come from matmul.h.
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "formats/error.h"
+#include "runtime/backend.h"
+#include "runtime/cpu/bandwidth.h"
+#include "runtime/cpu/matmul.h"
+#include "runtime/cpu/ops.h"
+
+namespace bonsai {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads) {
+    if (threads > 0) omp_set_num_threads(threads);
+  }
+  std::string name() const override { return "cpu"; }
+
+  float* alloc(int64_t n) override {
+    buffers_.emplace_back(size_t(n), 0.0f);
+    return buffers_.back().data();
+  }
+  void to_host(const float* src, float* dst, int64_t n) override {
+    if (src != dst) std::memcpy(dst, src, size_t(n) * sizeof(float));
+  }
+
+  void embed(const Tensor& table, const int32_t* ids, int64_t n, float* out) override {
+    cpu::get_rows(table, ids, n, out);
+  }
+  void matmul(const Tensor& w, const float* x, int64_t n, float* y) override { cpu::matmul(w, x, n, y); }
+
+  void rmsnorm(const float* x, const std::vector<float>& weight, int64_t rows, int64_t dim, float eps,
+               float* y) override {
+#pragma omp parallel for schedule(static) if (rows > 16)
+    for (int64_t r = 0; r < rows; ++r) cpu::rmsnorm(x + r * dim, weight.data(), dim, eps, y + r * dim);
+  }
+
+  void add_bias(float* y, const std::vector<float>& bias, int64_t rows) override {
+    const int64_t dim = int64_t(bias.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < dim; ++i) y[r * dim + i] += bias[size_t(i)];
+  }
+
+  void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos0, float base,
+            bool neox) override {
+    const int64_t half = n_rot / 2;
+    std::vector<float> cs(size_t(n * half)), sn(size_t(n * half));
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t i = 0; i < half; ++i) {
+        const double theta = double(pos0 + t) * std::pow(double(base), -2.0 * double(i) / double(n_rot));
+        cs[size_t(t * half + i)] = float(std::cos(theta));
+        sn[size_t(t * half + i)] = float(std::sin(theta));
+      }
+#pragma omp parallel for collapse(2) schedule(static) if (n > 4)
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t h = 0; h < n_heads; ++h) {
+        float* v = x + (t * n_heads + h) * head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+          const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+          const float c = cs[size_t(t * half + i)], s = sn[size_t(t * half + i)];
+          const float x0 = v[a], x1 = v[b];
+          v[a] = x0 * c - x1 * s;
+          v[b] = x0 * s + x1 * c;
+        }
+      }
+  }
+
+  void attention(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0,
+                 int64_t n_head, int64_t n_head_kv, int64_t head_dim, float* out) override {
+    const int64_t group = n_head / n_head_kv, kv_dim = n_head_kv * head_dim;
+    const float scale = 1.0f / std::sqrt(float(head_dim));
+#pragma omp parallel
+    {
+      std::vector<float> score(size_t(pos0 + n));
+#pragma omp for collapse(2) schedule(dynamic, 4)
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t h = 0; h < n_head; ++h) {
+          const float* qv = q + (t * n_head + h) * head_dim;
+          const int64_t kvh = h / group, last = pos0 + t;
+          for (int64_t j = 0; j <= last; ++j) {
+            const float* kv = k_cache + j * kv_dim + kvh * head_dim;
+            float s = 0;
+            for (int64_t i = 0; i < head_dim; ++i) s += qv[i] * kv[i];
+            score[size_t(j)] = s * scale;
+          }
+          cpu::softmax(score.data(), last + 1);
+          float* o = out + (t * n_head + h) * head_dim;
+          std::fill(o, o + head_dim, 0.0f);
+          for (int64_t j = 0; j <= last; ++j) {
+            const float p = score[size_t(j)];
+            const float* vv = v_cache + j * kv_dim + kvh * head_dim;
+            for (int64_t i = 0; i < head_dim; ++i) o[i] += p * vv[i];
+          }
+        }
+    }
+  }
+
+  void copy(const float* src, float* dst, int64_t n) override { std::memmove(dst, src, size_t(n) * sizeof(float)); }
+  void add(float* x, const float* y, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+  }
+  void silu_mul(float* g, const float* u, int64_t n) override { cpu::swiglu(g, u, n, g); }
+  void hadamard(const HadamardSpec& spec, float* x, int64_t n, int64_t k, bool inverse) override {
+    if (inverse) hadamard_inverse(spec, x, n, k);
+    else hadamard_forward(spec, x, n, k);
+  }
+  double measure_bandwidth_gbs() override { return cpu::measure_read_bandwidth_gbs(); }
+
+ private:
+  std::vector<std::vector<float>> buffers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
+
+}  // namespace bonsai

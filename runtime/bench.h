@@ -1,0 +1,33 @@
+// Speed of a model on a backend, llama-bench style: prompt processing (one batch of n_prompt
+// tokens) and generation (n_gen tokens one at a time), each repeated, with the bytes of weights a
+// generated token reads and the backend's measured bandwidth, so speed is judged against the
+// memory roofline.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "runtime/backend.h"
+#include "runtime/model.h"
+
+namespace bonsai {
+
+struct BenchOptions {
+  int64_t n_prompt = 512, n_gen = 128;
+  int reps = 5;
+};
+
+struct BenchResult {
+  double pp_tps = 0, pp_sd = 0, tg_tps = 0, tg_sd = 0;
+  uint64_t bytes_per_token = 0;  // weight bytes one generated token reads
+  double bandwidth_gbs = 0;      // measured in the same run
+  double roofline_tps = 0;       // bandwidth / bytes_per_token
+  double roofline_pct = 0;       // tg_tps / roofline_tps * 100
+  int64_t peak_rss_bytes = 0;
+};
+
+uint64_t weight_bytes_per_token(const Model& m);
+BenchResult bench(const Model& m, Backend& be, const BenchOptions& o,
+                  const std::function<void(const std::string&)>& log = {});
+
+}  // namespace bonsai

@@ -1,0 +1,36 @@
+// The forward pass, written once for every backend: a session holds the KV cache of one
+// sequence and evaluates batches of tokens (llama2.c's run.c shape, batched).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "runtime/model.h"
+
+namespace bonsai {
+
+class Session {
+ public:
+  // n_ctx: the longest sequence; n_batch: the most tokens one eval() takes.
+  Session(const Model& model, Backend& backend, int64_t n_ctx, int64_t n_batch);
+
+  // Evaluates ids[0..n) at positions pos()..pos()+n and advances pos(). Writes the logits of
+  // rows [logits_from, n) to `logits` (host, (n - logits_from) * n_vocab floats); none when
+  // logits_from >= n.
+  void eval(const int32_t* ids, int64_t n, int64_t logits_from, float* logits);
+  int64_t pos() const { return pos_; }
+  void reset() { pos_ = 0; }
+  int64_t n_ctx() const { return n_ctx_; }
+
+ private:
+  // y = W x, with the Hadamard transform on x first when the file rotated W.
+  void linear(const Tensor& w, float* x, int64_t n, float* y, float* scratch);
+
+  const Model& m_;
+  Backend& be_;
+  int64_t n_ctx_, n_batch_, pos_ = 0;
+  std::vector<float*> k_cache_, v_cache_;  // per layer, [n_ctx][kv_dim] in backend memory
+  float *x_, *xn_, *q_, *k_, *v_, *att_, *g_, *u_, *tmp_, *logits_;
+};
+
+}  // namespace bonsai

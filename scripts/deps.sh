@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs the Debian packages bonsai builds with (idempotent; needs root or sudo).
+set -euo pipefail
+pkgs=(g++ cmake ninja-build pkg-config libboost-program-options-dev libeigen3-dev nlohmann-json3-dev
+      libyaml-cpp-dev libpcre2-dev libutf8proc-dev libxxhash-dev libssl-dev libgtest-dev libomp-dev)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

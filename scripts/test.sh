@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds and runs every test twice: a warning-as-error Release build (with the CUDA sources
+# compiled when nvcc is present) and an AddressSanitizer + UndefinedBehaviorSanitizer build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBONSAI_WERROR=ON >/dev/null
+cmake --build build -j "$jobs"
+ctest --test-dir build -j "$jobs" --output-on-failure
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBONSAI_SANITIZE=ON -DBONSAI_CUDA=OFF \
+  -DBONSAI_WERROR=ON >/dev/null
+cmake --build build-asan -j "$jobs"
+ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan -j "$jobs" --output-on-failure -LE slow
