@@ -40,12 +40,8 @@ TensorSet open_model(const std::string& path) {
   if (f == "gguf") return read_gguf(path);
   if (f == "bonsai") return read_bonsai(path);
   if (f == "hf") return open_hf_model(path);
-  if (f == "safetensors") {
-    // A model file inside a Hugging Face folder is read as that folder (names, config, tokenizer).
-    const fs::path dir = fs::path(path).parent_path();
-    if (fs::exists(dir / "config.json")) return open_hf_model(dir.empty() ? "." : dir.string());
-    return read_safetensors(path);
-  }
+  // A safetensors file is read as stored (its own names and types); its folder, as the model.
+  if (f == "safetensors") return read_safetensors(path);
   return read_llama2c(path);
 }
 
