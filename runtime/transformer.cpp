@@ -28,14 +28,55 @@ Session::Session(const Model& model, Backend& backend, int64_t n_ctx, int64_t n_
 }
 
 void Session::linear(const Tensor& w, float* x, int64_t n, float* y, float* scratch) {
-  if (m_.hadamard.empty() || !m_.hadamard.rotates(w.name)) {
-    be_.matmul(w, x, n, y);
-    return;
+  if (!m_.hadamard.empty() && m_.hadamard.rotates(w.name)) {
+    // Rotate a copy: x is shared by the other weights that read the same input (q/k/v, gate/up).
+    be_.copy(x, scratch, n * w.ne[0]);
+    be_.hadamard(m_.hadamard, scratch, n, w.ne[0], false);
+    x = scratch;
   }
-  // Rotate a copy: x is shared by the other weights that read the same input (q/k/v, gate/up).
-  be_.copy(x, scratch, n * w.ne[0]);
-  be_.hadamard(m_.hadamard, scratch, n, w.ne[0], false);
-  be_.matmul(w, scratch, n, y);
+  if (observer_) observer_(w, x, n);
+  be_.matmul(w, x, n, y);
+}
+
+void Session::run_block(int64_t l, float* x, int64_t n) {
+  if (n > n_batch_) throw Error(cat("run_block of ", n, " tokens exceeds the batch size ", n_batch_));
+  pos_ = 0;
+  block(l, x, n);
+  pos_ = 0;
+}
+
+void Session::block(int64_t l, float* x, int64_t n) {
+  const ModelConfig& c = m_.cfg;
+  const int64_t kv_dim = c.n_head_kv * c.head_dim;
+  const LayerWeights& w = m_.layers[size_t(l)];
+  // Attention block.
+  be_.rmsnorm(x, w.attn_norm, n, c.n_embd, c.rms_eps, xn_);
+  linear(*w.wq, xn_, n, q_, tmp_);
+  linear(*w.wk, xn_, n, k_, tmp_);
+  linear(*w.wv, xn_, n, v_, tmp_);
+  if (c.qkv_bias) {
+    be_.add_bias(q_, w.bias_q, n);
+    be_.add_bias(k_, w.bias_k, n);
+    be_.add_bias(v_, w.bias_v, n);
+  }
+  if (c.qk_norm) {
+    be_.rmsnorm(q_, w.q_norm, n * c.n_head, c.head_dim, c.rms_eps, q_);
+    be_.rmsnorm(k_, w.k_norm, n * c.n_head_kv, c.head_dim, c.rms_eps, k_);
+  }
+  be_.rope(q_, n, c.n_head, c.head_dim, c.n_rot, pos_, c.rope_base, c.rope_neox);
+  be_.rope(k_, n, c.n_head_kv, c.head_dim, c.n_rot, pos_, c.rope_base, c.rope_neox);
+  be_.copy(k_, k_cache_[size_t(l)] + pos_ * kv_dim, n * kv_dim);
+  be_.copy(v_, v_cache_[size_t(l)] + pos_ * kv_dim, n * kv_dim);
+  be_.attention(q_, k_cache_[size_t(l)], v_cache_[size_t(l)], n, pos_, c.n_head, c.n_head_kv, c.head_dim, att_);
+  linear(*w.wo, att_, n, xn_, tmp_);
+  be_.add(x, xn_, n * c.n_embd);
+  // Feed-forward block (SwiGLU).
+  be_.rmsnorm(x, w.ffn_norm, n, c.n_embd, c.rms_eps, xn_);
+  linear(*w.gate, xn_, n, g_, tmp_);
+  linear(*w.up, xn_, n, u_, tmp_);
+  be_.silu_mul(g_, u_, n * c.n_ff);
+  linear(*w.down, g_, n, xn_, tmp_);
+  be_.add(x, xn_, n * c.n_embd);
 }
 
 void Session::eval(const int32_t* ids, int64_t n, int64_t logits_from, float* logits) {
@@ -45,42 +86,11 @@ void Session::eval(const int32_t* ids, int64_t n, int64_t logits_from, float* lo
   if (pos_ + n > n_ctx_) throw Error(cat("context full: ", pos_ + n, " tokens > n_ctx ", n_ctx_));
   for (int64_t i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= c.n_vocab) throw Error(cat("token id ", ids[i], " is outside the vocabulary (", c.n_vocab, ")"));
-  const int64_t kv_dim = c.n_head_kv * c.head_dim;
 
   be_.embed(*m_.token_embd, ids, n, x_);
   if (m_.hadamard.inverse_weights.count(m_.token_embd->name)) be_.hadamard(m_.hadamard, x_, n, c.n_embd, true);
 
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const LayerWeights& w = m_.layers[size_t(l)];
-    // Attention block.
-    be_.rmsnorm(x_, w.attn_norm, n, c.n_embd, c.rms_eps, xn_);
-    linear(*w.wq, xn_, n, q_, tmp_);
-    linear(*w.wk, xn_, n, k_, tmp_);
-    linear(*w.wv, xn_, n, v_, tmp_);
-    if (c.qkv_bias) {
-      be_.add_bias(q_, w.bias_q, n);
-      be_.add_bias(k_, w.bias_k, n);
-      be_.add_bias(v_, w.bias_v, n);
-    }
-    if (c.qk_norm) {
-      be_.rmsnorm(q_, w.q_norm, n * c.n_head, c.head_dim, c.rms_eps, q_);
-      be_.rmsnorm(k_, w.k_norm, n * c.n_head_kv, c.head_dim, c.rms_eps, k_);
-    }
-    be_.rope(q_, n, c.n_head, c.head_dim, c.n_rot, pos_, c.rope_base, c.rope_neox);
-    be_.rope(k_, n, c.n_head_kv, c.head_dim, c.n_rot, pos_, c.rope_base, c.rope_neox);
-    be_.copy(k_, k_cache_[size_t(l)] + pos_ * kv_dim, n * kv_dim);
-    be_.copy(v_, v_cache_[size_t(l)] + pos_ * kv_dim, n * kv_dim);
-    be_.attention(q_, k_cache_[size_t(l)], v_cache_[size_t(l)], n, pos_, c.n_head, c.n_head_kv, c.head_dim, att_);
-    linear(*w.wo, att_, n, xn_, tmp_);
-    be_.add(x_, xn_, n * c.n_embd);
-    // Feed-forward block (SwiGLU).
-    be_.rmsnorm(x_, w.ffn_norm, n, c.n_embd, c.rms_eps, xn_);
-    linear(*w.gate, xn_, n, g_, tmp_);
-    linear(*w.up, xn_, n, u_, tmp_);
-    be_.silu_mul(g_, u_, n * c.n_ff);
-    linear(*w.down, g_, n, xn_, tmp_);
-    be_.add(x_, xn_, n * c.n_embd);
-  }
+  for (int64_t l = 0; l < c.n_layer; ++l) block(l, x_, n);
   pos_ += n;
 
   if (logits_from >= n) return;

@@ -2,6 +2,7 @@
 // sequence and evaluates batches of tokens (llama2.c's run.c shape, batched).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "runtime/backend.h"
@@ -22,15 +23,26 @@ class Session {
   void reset() { pos_ = 0; }
   int64_t n_ctx() const { return n_ctx_; }
 
+  // Calibration: called with the input every matrix product sees (n rows of w.ne[0] floats, after
+  // the Hadamard rotation when the file rotates w), before the product.
+  using LinearObserver = std::function<void(const Tensor& w, const float* x, int64_t n)>;
+  void set_observer(LinearObserver f) { observer_ = std::move(f); }
+  // Runs transformer block l alone over a fresh sequence of n tokens (positions 0..n-1), x
+  // (n × n_embd, backend memory) in place: calibration advances hidden states block by block.
+  void run_block(int64_t l, float* x, int64_t n);
+
  private:
   // y = W x, with the Hadamard transform on x first when the file rotated W.
   void linear(const Tensor& w, float* x, int64_t n, float* y, float* scratch);
+  // Block l on x_ (n tokens at positions pos_..), updating the KV cache.
+  void block(int64_t l, float* x, int64_t n);
 
   const Model& m_;
   Backend& be_;
   int64_t n_ctx_, n_batch_, pos_ = 0;
   std::vector<float*> k_cache_, v_cache_;  // per layer, [n_ctx][kv_dim] in backend memory
   float *x_, *xn_, *q_, *k_, *v_, *att_, *g_, *u_, *tmp_, *logits_;
+  LinearObserver observer_;
 };
 
 }  // namespace bonsai
