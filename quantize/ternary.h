@@ -1,0 +1,53 @@
+// Stage 1: ternary codes and one fp16 scale per group of 128 inputs, chosen from how the layer is
+// used (calibration statistics). Methods (see docs/results.md for what each is worth):
+//   rtn      PrismML's reference rule: scale = max|w|, code = round(w / scale) (baseline)
+//   absmean  TWN: threshold 0.7·mean|w|, scale = mean |w| over the kept weights
+//   optimal  exact minimiser of the importance-weighted squared error over threshold and scale
+//   gptq     GPTQ error feedback on the ternary grid (Cholesky of the damped inverse Gram matrix)
+// Codes are always chosen against the scale that will be stored (its fp16 rounding).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats/types.h"
+
+namespace bonsai::quant {
+
+constexpr int64_t kGroup = 128;
+
+enum class Method { rtn, absmean, optimal, gptq };
+const char* method_name(Method m);
+Method parse_method(const std::string& s);  // Error listing the methods for an unknown name
+
+struct MatrixIn {
+  const float* w = nullptr;           // rows × cols, row-major: row r = output r
+  int64_t rows = 0, cols = 0;         // cols % 128 == 0
+  const float* importance = nullptr;  // cols: E[x²] per input column; null = all ones
+  const double* gram = nullptr;       // cols × cols: E[x xᵀ]; required by gptq
+};
+
+struct MethodOptions {
+  double gptq_damp = 0.01;      // λ = damp · mean(diag G) added to the diagonal
+  int64_t gptq_block = 128;     // columns per lazy-update block
+  bool four_levels = false;     // stage 2: allow code +2 (PQ2_0's fourth level) — later
+};
+
+// Codes (rows × cols, values in {-1, 0, +1}) and fp16 scales (rows × cols/128) of a matrix.
+struct TernaryMatrix {
+  int64_t rows = 0, cols = 0;
+  std::vector<int8_t> codes;
+  std::vector<uint16_t> scales;
+
+  std::vector<float> dequantize() const;  // rows × cols
+  // Packed blocks of `type` (PTQ1_0 or PQ2_0): byte-exact what a file stores.
+  std::vector<uint8_t> pack(TypeId type) const;
+};
+
+TernaryMatrix quantize_ternary(const MatrixIn& in, Method method, const MethodOptions& opts = {});
+
+// Relative output error ‖X(W−Ŵ)ᵀ‖² / ‖XWᵀ‖² from the Gram matrix (or, without one, the
+// importance-weighted squared error relative to the weighted energy of W).
+double relative_output_error(const MatrixIn& in, const std::vector<float>& w_hat);
+
+}  // namespace bonsai::quant
