@@ -422,7 +422,7 @@ void quantize_act(const int32_t* elem, int qk, int offset, const float* x, int64
                             _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
       }
       d[b * (qk / 32) + g] = dg;
-      c += dg * float(sum);
+      c = __builtin_fmaf(dg, float(sum), c);  // fused, as act_quant.cpp (std::fma is a header inline)
     }
     corr[b] = float(offset) * c;
   };
