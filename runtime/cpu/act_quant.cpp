@@ -91,14 +91,14 @@ void quantize_act(const ActLayout& layout, const float* x, int64_t cols, int64_t
         const float d = amax / 127.0f;
         const float id = d > 0.0f ? 1.0f / d : 0.0f;
         for (int i = 0; i < 32; ++i) {
-          // Round to nearest, ties to even, by adding and removing 1.5 * 2^23 (exact below 2^22).
-          const float r = (v[i] * id + 0x1.8p23f) - 0x1.8p23f;
+          // The product rounded to float, then to the nearest integer, ties to even.
+          const float r = std::nearbyint(v[i] * id);
           qg[i] = int8_t(std::clamp(r, -127.0f, 127.0f));
           sum += qg[i];
         }
         db[g] = d;
       }
-      corr += db[g] * float(sum);
+      corr = std::fma(db[g], float(sum), corr);  // fused on purpose: no compiler may choose otherwise
     }
     out.corr[size_t(b)] = float(layout.offset) * corr;
   }

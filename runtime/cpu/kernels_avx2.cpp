@@ -45,7 +45,7 @@ inline __m256i both_halves(__m128i lo, __m128i hi) { return _mm256_set_m128i(hi,
 // lane, mullo by 3^n << 8 leaves (b * 3^n mod 256) << 8, and mulhi_epu16 by 3 is the "* 3 >> 8".
 // `mul` holds 3^n << 8 per lane, so one register can take different digits in different lanes.
 // The empty asm hides the constant from GCC, which would otherwise expand each multiply into a
-// chain of shifts and adds (slower here: ~1.15x on PTQ1_0); the constants still get hoisted.
+// chain of shifts and adds (measurably slower on PTQ1_0); the constants still get hoisted.
 inline __m256i trits(__m256i b16, __m256i mul) {
   asm("" : "+x"(mul));
   return _mm256_mulhi_epu16(_mm256_mullo_epi16(b16, mul), _mm256_set1_epi16(3));
@@ -422,7 +422,7 @@ void quantize_act(const int32_t* elem, int qk, int offset, const float* x, int64
                             _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
       }
       d[b * (qk / 32) + g] = dg;
-      c += dg * float(sum);
+      c = __builtin_fmaf(dg, float(sum), c);  // fused, as act_quant.cpp (std::fma is a header inline)
     }
     corr[b] = float(offset) * c;
   };
