@@ -65,10 +65,12 @@ int compare(const nlohmann::ordered_json& built, const std::string& reference_pa
 int build(const std::vector<std::string>& args) {
   po::options_description opts("options");
   opts.add_options()("out", po::value<std::string>()->required(), "output folder (text files and MANIFEST.json)")(
-      "work", po::value<std::string>(), "folder for the downloaded .deb files and unpacked trees (kept; reused "
-                                        "when run again). Default: a temporary folder, removed afterwards")(
-      "compare", po::value<std::string>(), "a MANIFEST.json to compare the outputs with (exit status 1 if any "
-                                           "file differs)");
+      "work", po::value<std::string>(),
+      "folder for the downloaded .deb files and unpacked trees (kept; reused "
+      "when run again). Default: a temporary folder, removed afterwards")(
+      "compare", po::value<std::string>(),
+      "a MANIFEST.json to compare the outputs with (exit status 1 if any "
+      "file differs)");
   add_json(opts);
   po::variables_map vm;
   if (!parse(args, "bonsai corpus build --out DIR [--work DIR] [--compare MANIFEST]",
@@ -99,13 +101,13 @@ int build(const std::vector<std::string>& args) {
     std::printf("%s: %zu files\n  %-32s %-11s %10s %10s %10s %10s  %-16s %s\n", out.c_str(), m["files"].size(), "file",
                 "role", "paragraphs", "characters", "cjk", "bytes", "sha256", "dropped filter/duplicate/overlap");
     for (const auto& [name, f] : m["files"].items()) {
-      const std::string role = f["role"].get<std::string>().substr(0, 10);
+      std::string role = f["role"].get<std::string>();
+      role = role.substr(0, role.find(' '));  // "calibration" or "evaluation"
       std::printf("  %-32s %-11s %10llu %10llu %10llu %10llu  %.16s %llu/%llu/%llu\n", name.c_str(), role.c_str(),
                   static_cast<unsigned long long>(f["paragraphs"].get<uint64_t>()),
                   static_cast<unsigned long long>(f["characters"].get<uint64_t>()),
                   static_cast<unsigned long long>(f["cjk_characters"].get<uint64_t>()),
-                  static_cast<unsigned long long>(f["bytes"].get<uint64_t>()),
-                  f["sha256"].get<std::string>().c_str(),
+                  static_cast<unsigned long long>(f["bytes"].get<uint64_t>()), f["sha256"].get<std::string>().c_str(),
                   static_cast<unsigned long long>(f["dropped"]["filter"].get<uint64_t>()),
                   static_cast<unsigned long long>(f["dropped"]["duplicate"].get<uint64_t>()),
                   static_cast<unsigned long long>(f["dropped"]["overlap"].get<uint64_t>()));
@@ -121,8 +123,8 @@ int check(const std::vector<std::string>& args) {
                      "calibration text files (one paragraph per line)")(
       "eval", po::value<std::vector<std::string>>()->multitoken()->required(), "evaluation text files")(
       "window", po::value<size_t>()->default_value(datasets::kOverlapWindow),
-      "window length in characters (code points)")(
-      "show", po::value<size_t>()->default_value(10), "overlapping paragraphs to list (0: none)");
+      "window length in characters (code points)")("show", po::value<size_t>()->default_value(10),
+                                                   "overlapping paragraphs to list (0: none)");
   add_json(opts);
   po::variables_map vm;
   if (!parse(args, "bonsai corpus check --calib FILE... --eval FILE... [--window N]",

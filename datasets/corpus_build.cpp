@@ -29,8 +29,8 @@ const FileSpec kEvaluation = {"eval-debian-handbook-zh-CN.txt", "debian-handbook
 const FileSpec kCalibration[] = {
     {"calib-manpages-zh.txt", "manpages-zh", "GFDL-1.2+", nullptr, manpages_zh_paragraphs},
     {"calib-libreoffice-help-zh.txt", "libreoffice-help-zh-cn", "MPL-2.0", nullptr, libreoffice_help_paragraphs},
-    {"calib-fortunes-zh.txt", "fortunes-zh",
-     "GPL-3.0+ (collection; the classical poems themselves are public domain)", nullptr, fortunes_zh_paragraphs},
+    {"calib-fortunes-zh.txt", "fortunes-zh", "GPL-3.0+ (collection; the classical poems themselves are public domain)",
+     nullptr, fortunes_zh_paragraphs},
 };
 
 struct Drops {
@@ -85,8 +85,7 @@ nlohmann::ordered_json file_entry(const FileSpec& spec, const char* role, const 
 }  // namespace
 
 const std::vector<std::string>& corpus_packages() {
-  static const std::vector<std::string> p = {"manpages-zh", "libreoffice-help-zh-cn", "fortunes-zh",
-                                             "debian-handbook"};
+  static const std::vector<std::string> p = {"manpages-zh", "libreoffice-help-zh-cn", "fortunes-zh", "debian-handbook"};
   return p;
 }
 
@@ -164,8 +163,9 @@ nlohmann::ordered_json build_corpus_from(const std::map<std::string, UnpackedPac
       {"eval_min_cjk_chars", options.evaluation.min_cjk},
       {"eval_min_cjk_fraction", options.evaluation.min_fraction},
       {"overlap_window_chars", overlap.window()},
-      {"overlap", "calibration paragraphs sharing any window of overlap_window_chars code points with the "
-                  "evaluation text (or equal to a shorter evaluation paragraph) are dropped"},
+      {"overlap",
+       "calibration paragraphs sharing any window of overlap_window_chars code points with the "
+       "evaluation text (or equal to a shorter evaluation paragraph) are dropped"},
       {"overlap_dropped", overlap_total},
   };
   m["builder"] = "bonsai corpus build (datasets/corpus_build.cpp); rules in docs/corpus.md";

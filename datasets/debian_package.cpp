@@ -61,8 +61,8 @@ std::string run_command(const std::vector<std::string>& argv, const std::string&
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    fail(describe(argv), WIFEXITED(status) ? cat("exited with status ", WEXITSTATUS(status))
-                                           : std::string("was killed by a signal"));
+    fail(describe(argv),
+         WIFEXITED(status) ? cat("exited with status ", WEXITSTATUS(status)) : std::string("was killed by a signal"));
   return out;
 }
 

@@ -20,14 +20,14 @@ std::string lower(std::string_view s) {
   return r;
 }
 
-const std::unordered_set<std::string_view> kBlock = {
-    "p",  "div", "h1", "h2", "h3",         "h4",      "h5", "h6", "li",    "dt",   "dd", "br",
-    "blockquote", "section", "ul", "ol", "dl", "title", "body", "td", "th", "tr"};
-const std::unordered_set<std::string_view> kSkip = {
-    "script", "style",    "pre",    "table",  "head",   "header", "aside", "nav",
-    "noscript", "footer", "button", "select", "object", "svg"};
-const std::unordered_set<std::string_view> kVoid = {"br",    "img",   "meta", "link",   "input", "hr",   "area",
-                                                    "base",  "col",   "embed", "param", "source", "track", "wbr"};
+const std::unordered_set<std::string_view> kBlock = {"p",  "div",   "h1",   "h2", "h3",         "h4",      "h5", "h6",
+                                                     "li", "dt",    "dd",   "br", "blockquote", "section", "ul", "ol",
+                                                     "dl", "title", "body", "td", "th",         "tr"};
+const std::unordered_set<std::string_view> kSkip = {"script", "style",  "pre",    "table",    "head",
+                                                    "header", "aside",  "nav",    "noscript", "footer",
+                                                    "button", "select", "object", "svg"};
+const std::unordered_set<std::string_view> kVoid = {"br",   "img", "meta",  "link",  "input",  "hr",    "area",
+                                                    "base", "col", "embed", "param", "source", "track", "wbr"};
 
 // Named references: the ones HTML pages of this kind use. `legacy`: also recognized without the
 // closing ';' (HTML's legacy names).
@@ -37,31 +37,31 @@ struct Named {
 };
 const std::unordered_map<std::string_view, Named>& named_refs() {
   static const std::unordered_map<std::string_view, Named> m = {
-      {"amp", {"&", true}},         {"lt", {"<", true}},           {"gt", {">", true}},
-      {"quot", {"\"", true}},       {"nbsp", {"\u00a0", true}},    {"copy", {"\u00a9", true}},
-      {"reg", {"\u00ae", true}},    {"apos", {"'", false}},        {"trade", {"\u2122", false}},
+      {"amp", {"&", true}},          {"lt", {"<", true}},          {"gt", {">", true}},
+      {"quot", {"\"", true}},        {"nbsp", {"\u00a0", true}},   {"copy", {"\u00a9", true}},
+      {"reg", {"\u00ae", true}},     {"apos", {"'", false}},       {"trade", {"\u2122", false}},
       {"hellip", {"\u2026", false}}, {"mdash", {"\u2014", false}}, {"ndash", {"\u2013", false}},
-      {"lsquo", {"\u2018", false}}, {"rsquo", {"\u2019", false}},  {"ldquo", {"\u201c", false}},
-      {"rdquo", {"\u201d", false}}, {"laquo", {"\u00ab", true}},   {"raquo", {"\u00bb", true}},
-      {"middot", {"\u00b7", true}}, {"bull", {"\u2022", false}},   {"times", {"\u00d7", true}},
-      {"divide", {"\u00f7", true}}, {"deg", {"\u00b0", true}},     {"plusmn", {"\u00b1", true}},
-      {"sect", {"\u00a7", true}},   {"para", {"\u00b6", true}},    {"shy", {"\u00ad", true}},
-      {"ensp", {"\u2002", false}},  {"emsp", {"\u2003", false}},   {"thinsp", {"\u2009", false}},
-      {"zwj", {"\u200d", false}},   {"zwnj", {"\u200c", false}},   {"lrm", {"\u200e", false}},
-      {"rlm", {"\u200f", false}},   {"euro", {"\u20ac", false}},   {"pound", {"\u00a3", true}},
-      {"yen", {"\u00a5", true}},    {"cent", {"\u00a2", true}},    {"larr", {"\u2190", false}},
-      {"rarr", {"\u2192", false}},  {"uarr", {"\u2191", false}},   {"darr", {"\u2193", false}},
-      {"harr", {"\u2194", false}},  {"le", {"\u2264", false}},     {"ge", {"\u2265", false}},
-      {"ne", {"\u2260", false}},    {"minus", {"\u2212", false}},
+      {"lsquo", {"\u2018", false}},  {"rsquo", {"\u2019", false}}, {"ldquo", {"\u201c", false}},
+      {"rdquo", {"\u201d", false}},  {"laquo", {"\u00ab", true}},  {"raquo", {"\u00bb", true}},
+      {"middot", {"\u00b7", true}},  {"bull", {"\u2022", false}},  {"times", {"\u00d7", true}},
+      {"divide", {"\u00f7", true}},  {"deg", {"\u00b0", true}},    {"plusmn", {"\u00b1", true}},
+      {"sect", {"\u00a7", true}},    {"para", {"\u00b6", true}},   {"shy", {"\u00ad", true}},
+      {"ensp", {"\u2002", false}},   {"emsp", {"\u2003", false}},  {"thinsp", {"\u2009", false}},
+      {"zwj", {"\u200d", false}},    {"zwnj", {"\u200c", false}},  {"lrm", {"\u200e", false}},
+      {"rlm", {"\u200f", false}},    {"euro", {"\u20ac", false}},  {"pound", {"\u00a3", true}},
+      {"yen", {"\u00a5", true}},     {"cent", {"\u00a2", true}},   {"larr", {"\u2190", false}},
+      {"rarr", {"\u2192", false}},   {"uarr", {"\u2191", false}},  {"darr", {"\u2193", false}},
+      {"harr", {"\u2194", false}},   {"le", {"\u2264", false}},    {"ge", {"\u2265", false}},
+      {"ne", {"\u2260", false}},     {"minus", {"\u2212", false}},
   };
   return m;
 }
 
 // &#128;..&#159; name Windows-1252 characters in HTML, not C1 controls.
-constexpr std::array<uint16_t, 32> kCp1252 = {
-    0x20AC, 0x81,   0x201A, 0x0192, 0x201E, 0x2026, 0x2020, 0x2021, 0x02C6, 0x2030, 0x0160,
-    0x2039, 0x0152, 0x8D,   0x017D, 0x8F,   0x90,   0x2018, 0x2019, 0x201C, 0x201D, 0x2022,
-    0x2013, 0x2014, 0x02DC, 0x2122, 0x0161, 0x203A, 0x0153, 0x9D,   0x017E, 0x0178};
+constexpr std::array<uint16_t, 32> kCp1252 = {0x20AC, 0x81,   0x201A, 0x0192, 0x201E, 0x2026, 0x2020, 0x2021,
+                                              0x02C6, 0x2030, 0x0160, 0x2039, 0x0152, 0x8D,   0x017D, 0x8F,
+                                              0x90,   0x2018, 0x2019, 0x201C, 0x201D, 0x2022, 0x2013, 0x2014,
+                                              0x02DC, 0x2122, 0x0161, 0x203A, 0x0153, 0x9D,   0x017E, 0x0178};
 
 void append_numeric(std::string& out, uint64_t cp) {
   if (cp >= 0x80 && cp <= 0x9F) cp = kCp1252[cp - 0x80];
@@ -70,8 +70,8 @@ void append_numeric(std::string& out, uint64_t cp) {
     return;
   }
   // Controls and noncharacters are not text: they give nothing.
-  const bool control = (cp >= 0x01 && cp <= 0x08) || cp == 0x0B || (cp >= 0x0E && cp <= 0x1F) ||
-                       (cp >= 0x7F && cp <= 0x9F);
+  const bool control =
+      (cp >= 0x01 && cp <= 0x08) || cp == 0x0B || (cp >= 0x0E && cp <= 0x1F) || (cp >= 0x7F && cp <= 0x9F);
   const bool nonchar = (cp >= 0xFDD0 && cp <= 0xFDEF) || (cp & 0xFFFE) == 0xFFFE;
   if (control || nonchar) return;
   append_utf8(out, uint32_t(cp));
@@ -186,7 +186,8 @@ class Extractor {
       const size_t close = s.find("-->", lt + 4);
       return close == std::string_view::npos ? s.size() : close + 3;
     }
-    if (rest.starts_with("<!") || rest.starts_with("<?") || (rest.starts_with("</") && rest.size() > 2 && !is_alpha(rest[2]))) {
+    if (rest.starts_with("<!") || rest.starts_with("<?") ||
+        (rest.starts_with("</") && rest.size() > 2 && !is_alpha(rest[2]))) {
       const size_t close = s.find('>', lt + 2);
       return close == std::string_view::npos ? s.size() : close + 1;
     }
@@ -218,8 +219,8 @@ class Extractor {
       if (t.name == "br") flush();
       return;
     }
-    const bool skip = kSkip.count(t.name) || has_class(t.cls, rules_.skip_classes) || t.id == "banner" ||
-                      t.id == "title";
+    const bool skip =
+        kSkip.count(t.name) || has_class(t.cls, rules_.skip_classes) || t.id == "banner" || t.id == "title";
     open_.push_back({t.name, skip});
     skip_depth_ += skip;
     if (kBlock.count(t.name)) flush();
@@ -255,9 +256,7 @@ class Extractor {
 
 }  // namespace
 
-HtmlRules libreoffice_help_rules() {
-  return {{"bookmark_search", "embedded_search", "code", "codeblock", "switch"}};
-}
+HtmlRules libreoffice_help_rules() { return {{"bookmark_search", "embedded_search", "code", "codeblock", "switch"}}; }
 
 HtmlRules debian_handbook_rules() {
   return {{"programlisting", "screen", "table", "informaltable", "docnav", "toc", "index"}};

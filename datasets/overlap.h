@@ -51,7 +51,7 @@ struct OverlapFinding {
   std::string calib_file;
   size_t calib_line = 0;  // 1-based
   std::string eval_file;
-  size_t eval_line = 0;   // 1-based
+  size_t eval_line = 0;  // 1-based
   std::string window;
 };
 

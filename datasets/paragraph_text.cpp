@@ -21,14 +21,22 @@ std::string valid_utf8(std::string_view bytes) {
     // surrogates and code points past U+10FFFF); later bytes are always 80..BF.
     size_t n = 0;
     uint8_t lo = 0x80, hi = 0xBF;
-    if (b >= 0xC2 && b <= 0xDF) n = 2;
-    else if (b == 0xE0) n = 3, lo = 0xA0;
-    else if (b >= 0xE1 && b <= 0xEC) n = 3;
-    else if (b == 0xED) n = 3, hi = 0x9F;
-    else if (b >= 0xEE && b <= 0xEF) n = 3;
-    else if (b == 0xF0) n = 4, lo = 0x90;
-    else if (b >= 0xF1 && b <= 0xF3) n = 4;
-    else if (b == 0xF4) n = 4, hi = 0x8F;
+    if (b >= 0xC2 && b <= 0xDF)
+      n = 2;
+    else if (b == 0xE0)
+      n = 3, lo = 0xA0;
+    else if (b >= 0xE1 && b <= 0xEC)
+      n = 3;
+    else if (b == 0xED)
+      n = 3, hi = 0x9F;
+    else if (b >= 0xEE && b <= 0xEF)
+      n = 3;
+    else if (b == 0xF0)
+      n = 4, lo = 0x90;
+    else if (b >= 0xF1 && b <= 0xF3)
+      n = 4;
+    else if (b == 0xF4)
+      n = 4, hi = 0x8F;
     size_t k = 1;
     if (n) {
       for (; k < n && i + k < bytes.size(); ++k) {
@@ -73,8 +81,8 @@ size_t count_code_points(std::string_view s) {
 bool is_space(uint32_t cp) {
   if (cp <= 0x20) return cp == 0x20 || (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x1F);
   if (cp < 0x85) return false;
-  return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
-         cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+  return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 bool is_cjk_ideograph(uint32_t cp) {

@@ -8,7 +8,7 @@
 namespace bonsai::datasets {
 
 struct TextStats {
-  std::string sha256;           // lower-case hex
+  std::string sha256;  // lower-case hex
   uint64_t bytes = 0;
   uint64_t characters = 0;      // Unicode code points
   uint64_t paragraphs = 0;      // lines ('\n' count)

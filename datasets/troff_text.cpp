@@ -13,20 +13,18 @@ namespace {
 // Special characters written \(xx or \[name]: the ones man pages use (groff_char(7)).
 const std::unordered_map<std::string_view, std::string_view>& named_chars() {
   static const std::unordered_map<std::string_view, std::string_view> m = {
-      {"em", "\u2014"}, {"en", "\u2013"}, {"lq", "\u201c"}, {"rq", "\u201d"}, {"oq", "\u2018"},
-      {"cq", "\u2019"}, {"aq", "'"},      {"dq", "\""},     {"bu", "\u2022"}, {"co", "\u00a9"},
-      {"rg", "\u00ae"}, {"tm", "\u2122"}, {"hy", "-"},      {"mi", "-"},      {"pl", "+"},
-      {"eq", "="},      {"ti", "~"},      {"ha", "^"},      {"rs", "\\"},     {"sl", "/"},
-      {"ba", "|"},      {"or", "|"},      {"at", "@"},      {"sh", "#"},      {"Do", "$"},
-      {"lB", "["},      {"rB", "]"},      {"lC", "{"},      {"rC", "}"},      {"la", "\u27e8"},
-      {"ra", "\u27e9"}, {"<=", "\u2264"}, {">=", "\u2265"}, {"!=", "\u2260"}, {"==", "\u2261"},
-      {"~~", "\u2248"}, {"+-", "\u00b1"}, {"mu", "\u00d7"}, {"di", "\u00f7"}, {"->", "\u2192"},
-      {"<-", "\u2190"}, {"ua", "\u2191"}, {"da", "\u2193"}, {"rA", "\u21d2"}, {"lA", "\u21d0"},
-      {"de", "\u00b0"}, {"fm", "\u2032"}, {"dg", "\u2020"}, {"sc", "\u00a7"}, {"ps", "\u00b6"},
-      {"aa", "\u00b4"}, {"ga", "`"},      {"ul", "_"},      {"ru", "_"},      {"Fo", "\u00ab"},
-      {"Fc", "\u00bb"}, {"Eu", "\u20ac"}, {"eu", "\u20ac"}, {"Po", "\u00a3"}, {"Ye", "\u00a5"},
-      {"ct", "\u00a2"}, {"pc", "\u00b7"}, {"**", "\u2217"}, {"no", "\u00ac"}, {"if", "\u221e"},
-      {"sq", "\u25a1"}, {"ci", "\u25cb"},
+      {"em", "\u2014"}, {"en", "\u2013"}, {"lq", "\u201c"}, {"rq", "\u201d"}, {"oq", "\u2018"}, {"cq", "\u2019"},
+      {"aq", "'"},      {"dq", "\""},     {"bu", "\u2022"}, {"co", "\u00a9"}, {"rg", "\u00ae"}, {"tm", "\u2122"},
+      {"hy", "-"},      {"mi", "-"},      {"pl", "+"},      {"eq", "="},      {"ti", "~"},      {"ha", "^"},
+      {"rs", "\\"},     {"sl", "/"},      {"ba", "|"},      {"or", "|"},      {"at", "@"},      {"sh", "#"},
+      {"Do", "$"},      {"lB", "["},      {"rB", "]"},      {"lC", "{"},      {"rC", "}"},      {"la", "\u27e8"},
+      {"ra", "\u27e9"}, {"<=", "\u2264"}, {">=", "\u2265"}, {"!=", "\u2260"}, {"==", "\u2261"}, {"~~", "\u2248"},
+      {"+-", "\u00b1"}, {"mu", "\u00d7"}, {"di", "\u00f7"}, {"->", "\u2192"}, {"<-", "\u2190"}, {"ua", "\u2191"},
+      {"da", "\u2193"}, {"rA", "\u21d2"}, {"lA", "\u21d0"}, {"de", "\u00b0"}, {"fm", "\u2032"}, {"dg", "\u2020"},
+      {"sc", "\u00a7"}, {"ps", "\u00b6"}, {"aa", "\u00b4"}, {"ga", "`"},      {"ul", "_"},      {"ru", "_"},
+      {"Fo", "\u00ab"}, {"Fc", "\u00bb"}, {"Eu", "\u20ac"}, {"eu", "\u20ac"}, {"Po", "\u00a3"}, {"Ye", "\u00a5"},
+      {"ct", "\u00a2"}, {"pc", "\u00b7"}, {"**", "\u2217"}, {"no", "\u00ac"}, {"if", "\u221e"}, {"sq", "\u25a1"},
+      {"ci", "\u25cb"},
   };
   return m;
 }
@@ -112,14 +110,44 @@ Resolved resolve_escapes(std::string_view s) {
         return r;
       case '!':  // transparent line: not text
         return r;
-      case '-': out += '-'; break;
-      case '.': out += '.'; break;
-      case '\\': case 'e': case 'E': out += '\\'; break;
-      case ' ': case '~': case '0': case 't': out += ' '; break;
-      case '\'': out += "\u00b4"; break;
-      case '`': out += '`'; break;
-      case '&': case '|': case '^': case ',': case '/': case '%': case ':': case ')': case '{': case '}':
-      case 'a': case 'd': case 'u': case 'r': case 'p':
+      case '-':
+        out += '-';
+        break;
+      case '.':
+        out += '.';
+        break;
+      case '\\':
+      case 'e':
+      case 'E':
+        out += '\\';
+        break;
+      case ' ':
+      case '~':
+      case '0':
+      case 't':
+        out += ' ';
+        break;
+      case '\'':
+        out += "\u00b4";
+        break;
+      case '`':
+        out += '`';
+        break;
+      case '&':
+      case '|':
+      case '^':
+      case ',':
+      case '/':
+      case '%':
+      case ':':
+      case ')':
+      case '{':
+      case '}':
+      case 'a':
+      case 'd':
+      case 'u':
+      case 'r':
+      case 'p':
         break;  // zero-width marks and motions
       case '(':
         name = s.substr(i, std::min<size_t>(2, s.size() - i));
@@ -130,7 +158,17 @@ Resolved resolve_escapes(std::string_view s) {
         i = read_name(s, i - 1, &name);
         append_named(out, name);
         break;
-      case 'f': case 'F': case 'm': case 'M': case '*': case 'g': case 'k': case 'Y': case 'V': case '$': case 'n':
+      case 'f':
+      case 'F':
+      case 'm':
+      case 'M':
+      case '*':
+      case 'g':
+      case 'k':
+      case 'Y':
+      case 'V':
+      case '$':
+      case 'n':
         // fonts, colours, registers, macro arguments: nothing to print; strings: only the
         // ones man(7) itself defines (a page's own .ds strings are not evaluated)
         if (e == 'n' && i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
@@ -144,16 +182,32 @@ Resolved resolve_escapes(std::string_view s) {
           i = read_name(s, i, &name);
         } else if (i < s.size() && s[i] >= '0' && s[i] <= '9') {
           // one digit; two for an unsigned 10..39 (groff's rule)
-          const bool two = !sign && s[i] >= '1' && s[i] <= '3' && i + 1 < s.size() && s[i + 1] >= '0' &&
-                           s[i + 1] <= '9';
+          const bool two =
+              !sign && s[i] >= '1' && s[i] <= '3' && i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '9';
           i += two ? 2 : 1;
         }
         break;
       }
       case 'z':  // zero-width: the next character still prints
         break;
-      case 'A': case 'b': case 'B': case 'C': case 'D': case 'h': case 'H': case 'l': case 'L': case 'N':
-      case 'o': case 'R': case 'S': case 'v': case 'w': case 'x': case 'X': case 'Z': {
+      case 'A':
+      case 'b':
+      case 'B':
+      case 'C':
+      case 'D':
+      case 'h':
+      case 'H':
+      case 'l':
+      case 'L':
+      case 'N':
+      case 'o':
+      case 'R':
+      case 'S':
+      case 'v':
+      case 'w':
+      case 'x':
+      case 'X':
+      case 'Z': {
         // A delimited argument: \h'...' with any delimiter. Only \C'name' prints (a character).
         if (i >= s.size()) break;
         const char delim = s[i];

@@ -1,8 +1,8 @@
 #include "datasets/window_sampler.h"
 
 #include <algorithm>
-#include <cstdint>
 #include <cctype>
+#include <cstdint>
 #include <filesystem>
 #include <random>
 
@@ -17,8 +17,8 @@ namespace fs = std::filesystem;
 std::vector<uint64_t> draw_window_starts(uint64_t total_tokens, size_t window_len, size_t n_windows, uint64_t seed) {
   if (window_len == 0) throw Error("calibration windows: the window length must be at least 1 token");
   if (window_len > total_tokens)
-    throw Error(cat("calibration windows: the text has ", total_tokens, " tokens, fewer than one window of ",
-                    window_len));
+    throw Error(
+        cat("calibration windows: the text has ", total_tokens, " tokens, fewer than one window of ", window_len));
   const uint64_t r = total_tokens - window_len + 1;
   const uint64_t reject_below = (0 - r) % r;  // 2^64 mod r: values under it would favour small starts
   std::mt19937_64 engine(seed);
@@ -52,8 +52,8 @@ void require_calibration_file(const std::string& path) {
          "\"): held-out text is never used for calibration");
 }
 
-SampledWindows sample_windows(const Tokenizer& tokenizer, const std::vector<std::string>& calib_files,
-                              size_t n_windows, size_t window_len, uint64_t seed) {
+SampledWindows sample_windows(const Tokenizer& tokenizer, const std::vector<std::string>& calib_files, size_t n_windows,
+                              size_t window_len, uint64_t seed) {
   if (calib_files.empty()) throw Error("calibration windows: no calibration file given");
   if (window_len != 0 && n_windows > SIZE_MAX / window_len)
     throw Error(cat("calibration windows: ", n_windows, " windows of ", window_len, " tokens do not fit in memory"));
@@ -75,7 +75,8 @@ SampledWindows sample_windows(const Tokenizer& tokenizer, const std::vector<std:
          e.what());
   }
   w.ids.reserve(n_windows * window_len);
-  for (uint64_t s : w.starts) w.ids.insert(w.ids.end(), stream.begin() + ptrdiff_t(s), stream.begin() + ptrdiff_t(s + window_len));
+  for (uint64_t s : w.starts)
+    w.ids.insert(w.ids.end(), stream.begin() + ptrdiff_t(s), stream.begin() + ptrdiff_t(s + window_len));
   return w;
 }
 

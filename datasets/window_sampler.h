@@ -27,7 +27,7 @@ namespace bonsai::datasets {
 
 struct SampledWindows {
   size_t window_len = 0;
-  uint64_t total_tokens = 0;    // T
+  uint64_t total_tokens = 0;     // T
   std::vector<uint64_t> starts;  // start of each window in the concatenated stream
   std::vector<int32_t> ids;      // windows back to back: n * window_len ids
   std::span<const int32_t> window(size_t k) const { return {ids.data() + k * window_len, window_len}; }
@@ -43,7 +43,7 @@ void require_calibration_file(const std::string& path);
 
 // The whole rule. Error naming a refused or unreadable file, or when the files hold fewer than
 // window_len tokens.
-SampledWindows sample_windows(const Tokenizer& tokenizer, const std::vector<std::string>& calib_files,
-                              size_t n_windows, size_t window_len, uint64_t seed);
+SampledWindows sample_windows(const Tokenizer& tokenizer, const std::vector<std::string>& calib_files, size_t n_windows,
+                              size_t window_len, uint64_t seed);
 
 }  // namespace bonsai::datasets

@@ -1,12 +1,13 @@
 // The corpus builder on small package trees written by the test: which files it reads, the
 // order of the rules, the output files and every manifest field (docs/corpus.md).
+#include "datasets/corpus_build.h"
+
 #include <gtest/gtest.h>
 #include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "datasets/corpus_build.h"
 #include "datasets/corpus_sources.h"
 #include "datasets/debian_package.h"
 #include "datasets/overlap.h"
@@ -52,14 +53,14 @@ std::map<std::string, UnpackedPackage> make_packages(const fs::path& root) {
   };
   const fs::path hb = pkg("debian-handbook", "11.20220922") / "usr/share/doc/debian-handbook/html/zh-CN";
   write(hb / "b.html", "<div class=\"para\">" + kEvalShort + "</div><div class=\"para\">" + kEvalShort + "</div>");
-  write(hb / "a.html", "<html><body><div class=\"para\">" + kEvalLong +
-                           "</div><div class=\"para\">短评估</div><pre class=\"screen\">屏幕上的输出文字</pre></body></html>");
+  write(hb / "a.html",
+        "<html><body><div class=\"para\">" + kEvalLong +
+            "</div><div class=\"para\">短评估</div><pre class=\"screen\">屏幕上的输出文字</pre></body></html>");
   write(hb / "sub/c.html", "<p>子目录里的页面不在范围之内，因此不读。</p>");
 
   const fs::path man = pkg("manpages-zh", "1.6.4.0-1") / "usr/share/man";
-  write_gz(man / "zh_CN/man1/t.1.gz", ".TH T 1\n.SH 名称\n" + kCalibA + "\n.PP\n" + kEvalShort +
-                                          "\n.PP\n引用：" + kEvalLong.substr(0, 3 * 32) +
-                                          "\n.PP\nEnglish only text here\n");
+  write_gz(man / "zh_CN/man1/t.1.gz", ".TH T 1\n.SH 名称\n" + kCalibA + "\n.PP\n" + kEvalShort + "\n.PP\n引用：" +
+                                          kEvalLong.substr(0, 3 * 32) + "\n.PP\nEnglish only text here\n");
   write_gz(man / "zh_CN/man1/stub.1.gz", ".so man1/t.1\n");
   write(man / "zh_CN/man8/plain.8", "未压缩的手册页也照样读取，这一段是第二段。\n");
   write_gz(man / "zh_TW/man1/t.1.gz", "繁體中文的手冊頁不在範圍之內，所以不讀。\n");
@@ -67,11 +68,13 @@ std::map<std::string, UnpackedPackage> make_packages(const fs::path& root) {
 
   const fs::path lo = pkg("libreoffice-help-zh-cn", "4:7.4.7-1+deb12u14") / "usr/share/libreoffice/help/zh-CN";
   write(lo / "text/shared/b.html", "<p>" + kCalibA + "</p><p>帮助页面的第二个段落在这里，足够长。</p>");
-  write(lo / "a.html", "<h1>帮助页面顶层的标题文字足够长</h1><div class=\"switch\"><p>模块切换块里的文字被丢弃掉</p></div>");
+  write(lo / "a.html",
+        "<h1>帮助页面顶层的标题文字足够长</h1><div class=\"switch\"><p>模块切换块里的文字被丢弃掉</p></div>");
   write(lo / "text/readme.txt", "不是网页的文件不读，即使它有很多汉字。");
 
   const fs::path fo = pkg("fortunes-zh", "2.98") / "usr/share/games/fortunes";
-  write(fo / "tang300", "\x1b[32m《静夜思》\x1b[m\n作者：李白\n床前明月光，疑是地上霜。\n举头望明月，低头思故乡。\n%\n");
+  write(fo / "tang300",
+        "\x1b[32m《静夜思》\x1b[m\n作者：李白\n床前明月光，疑是地上霜。\n举头望明月，低头思故乡。\n%\n");
   write(fo / "song100", "宋词一百首里的一首词，放在这里作为测试。\n");
   write(fo / "chinese", "一句俗话：三个臭皮匠，顶个诸葛亮。\n%\n太短\n");
   return p;
@@ -88,7 +91,8 @@ TEST(CorpusBuild, SourcesReadOnlyTheirSubset) {
   ASSERT_EQ(hb.size(), 4u);  // a.html (2 paragraphs) before b.html (2); sub/ is not read
   EXPECT_EQ(hb[0], kEvalLong);
   const auto lo = libreoffice_help_paragraphs(p.at("libreoffice-help-zh-cn").root);
-  EXPECT_EQ(lo, (std::vector<std::string>{"帮助页面顶层的标题文字足够长", kCalibA, "帮助页面的第二个段落在这里，足够长。"}));
+  EXPECT_EQ(
+      lo, (std::vector<std::string>{"帮助页面顶层的标题文字足够长", kCalibA, "帮助页面的第二个段落在这里，足够长。"}));
 }
 
 TEST(CorpusBuild, OutputsAndManifest) {
@@ -100,13 +104,15 @@ TEST(CorpusBuild, OutputsAndManifest) {
   EXPECT_EQ(lines("eval-debian-handbook-zh-CN.txt"), (std::vector<std::string>{kEvalLong, kEvalShort}));
   // kEvalShort is dropped as equal to evaluation text, the 引用 paragraph for sharing 30 characters
   // with it, the English one by the filter.
-  EXPECT_EQ(lines("calib-manpages-zh.txt"), (std::vector<std::string>{kCalibA, "未压缩的手册页也照样读取，这一段是第二段。"}));
+  EXPECT_EQ(lines("calib-manpages-zh.txt"),
+            (std::vector<std::string>{kCalibA, "未压缩的手册页也照样读取，这一段是第二段。"}));
   // kCalibA again is a duplicate across files.
   EXPECT_EQ(lines("calib-libreoffice-help-zh.txt"),
             (std::vector<std::string>{"帮助页面顶层的标题文字足够长", "帮助页面的第二个段落在这里，足够长。"}));
-  EXPECT_EQ(lines("calib-fortunes-zh.txt"),
-            (std::vector<std::string>{"《静夜思》作者：李白床前明月光，疑是地上霜。举头望明月，低头思故乡。",
-                                      "宋词一百首里的一首词，放在这里作为测试。", "一句俗话：三个臭皮匠，顶个诸葛亮。"}));
+  EXPECT_EQ(
+      lines("calib-fortunes-zh.txt"),
+      (std::vector<std::string>{"《静夜思》作者：李白床前明月光，疑是地上霜。举头望明月，低头思故乡。",
+                                "宋词一百首里的一首词，放在这里作为测试。", "一句俗话：三个臭皮匠，顶个诸葛亮。"}));
 
   // The manifest on disk is the one returned.
   EXPECT_EQ(nlohmann::ordered_json::parse(slurp(out / "MANIFEST.json")), m);

@@ -20,10 +20,10 @@ TEST(CorpusCli, CheckFindsOverlapAndSaysWhere) {
   write(dir / "clean.txt", "完全不同的校准段落。\n");
   write(dir / "leak.txt", "第一行没有问题。\n前缀" + window + "\n");
   std::string out;
-  EXPECT_EQ(test::run_bonsai("corpus check --calib " + (dir / "clean.txt").string() + " --eval " +
-                                 (dir / "eval.txt").string(),
-                             &out),
-            0)
+  EXPECT_EQ(
+      test::run_bonsai(
+          "corpus check --calib " + (dir / "clean.txt").string() + " --eval " + (dir / "eval.txt").string(), &out),
+      0)
       << out;
   EXPECT_NE(out.find("overlapping calibration paragraphs: 0"), std::string::npos) << out;
   EXPECT_EQ(test::run_bonsai("corpus check --calib " + (dir / "clean.txt").string() + " " +
@@ -33,9 +33,9 @@ TEST(CorpusCli, CheckFindsOverlapAndSaysWhere) {
       << out;
   EXPECT_NE(out.find("overlapping calibration paragraphs: 1"), std::string::npos) << out;
   EXPECT_NE(out.find((dir / "leak.txt").string() + ":2"), std::string::npos) << out;
-  EXPECT_EQ(test::run_bonsai("corpus check --json --calib " + (dir / "leak.txt").string() + " --eval " +
-                                 (dir / "eval.txt").string(),
-                             &out),
+  EXPECT_EQ(test::run_bonsai(
+                "corpus check --json --calib " + (dir / "leak.txt").string() + " --eval " + (dir / "eval.txt").string(),
+                &out),
             1);
   EXPECT_NE(out.find("\"calib_line\":2"), std::string::npos) << out;
 }

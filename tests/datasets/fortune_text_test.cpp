@@ -1,7 +1,8 @@
 // fortune(6) files -> one item per poem or saying (docs/corpus.md, "fortunes-zh").
+#include "datasets/fortune_text.h"
+
 #include <gtest/gtest.h>
 
-#include "datasets/fortune_text.h"
 #include "datasets/paragraph_text.h"
 
 namespace bonsai::datasets {

@@ -1,7 +1,8 @@
 // HTML -> paragraphs (docs/corpus.md, "libreoffice-help-zh-cn" and "debian-handbook").
+#include "datasets/html_text.h"
+
 #include <gtest/gtest.h>
 
-#include "datasets/html_text.h"
 #include "datasets/paragraph_text.h"
 
 namespace bonsai::datasets {

@@ -1,4 +1,6 @@
 // Calibration/evaluation overlap at the level of character windows (docs/corpus.md, "Overlap").
+#include "datasets/overlap.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 #include <set>
 #include <unordered_set>
 
-#include "datasets/overlap.h"
 #include "datasets/paragraph_text.h"
 #include "formats/error.h"
 #include "formats/json_file.h"
@@ -73,7 +74,8 @@ TEST(Overlap, CheckReportsFileAndLine) {
     std::ofstream e(eval);
     e << "短的评估段落\n" << kEval << "\n";
     std::ofstream c(calib);
-    c << "无关的段落\n\n" << "引子" << substr_cp(kEval, 10, 30) << "\n短的评估段落\n";
+    c << "无关的段落\n\n"
+      << "引子" << substr_cp(kEval, 10, 30) << "\n短的评估段落\n";
   }
   const auto r = check_overlap({calib}, {eval});
   EXPECT_EQ(r.window, 30u);

@@ -1,7 +1,7 @@
 // Paragraph clean-up and the CJK filters (docs/corpus.md, "Clean-up" and "Filters").
-#include <gtest/gtest.h>
-
 #include "datasets/paragraph_text.h"
+
+#include <gtest/gtest.h>
 
 namespace bonsai::datasets {
 namespace {
@@ -39,9 +39,9 @@ TEST(ParagraphText, CjkClassesAreTheDocumentedRanges) {
     EXPECT_TRUE(is_cjk_ideograph(cp)) << std::hex << cp;
   for (uint32_t cp : {0x33FFu, 0x4DC0u, 0xA000u, 0x3002u, 0xFF01u, 0x3042u, 0x30000u, uint32_t('a')})
     EXPECT_FALSE(is_cjk_ideograph(cp)) << std::hex << cp;
-  EXPECT_TRUE(is_cjk_text(0x3002));   // 。
-  EXPECT_TRUE(is_cjk_text(0xFF0C));   // ，
-  EXPECT_FALSE(is_cjk_text(0x3042));  // hiragana is not in the class
+  EXPECT_TRUE(is_cjk_text(0x3002));           // 。
+  EXPECT_TRUE(is_cjk_text(0xFF0C));           // ，
+  EXPECT_FALSE(is_cjk_text(0x3042));          // hiragana is not in the class
   EXPECT_EQ(count_cjk("中文abc，。𠀀"), 3u);  // U+20000 counts, punctuation does not
 }
 
@@ -72,9 +72,15 @@ TEST(ParagraphText, EvaluationFilterIsLooser) {
 TEST(ParagraphText, InvalidUtf8BecomesReplacementCharacters) {
   EXPECT_EQ(valid_utf8("ok"), "ok");
   EXPECT_EQ(valid_utf8("中"), "中");
-  EXPECT_EQ(valid_utf8("a\xFF" "b"), "a\uFFFD" "b");
+  EXPECT_EQ(valid_utf8("a\xFF"
+                       "b"),
+            "a\uFFFD"
+            "b");
   // A truncated 3-byte sequence is one maximal subpart: one U+FFFD.
-  EXPECT_EQ(valid_utf8("\xE4\xB8" "a"), "\uFFFD" "a");
+  EXPECT_EQ(valid_utf8("\xE4\xB8"
+                       "a"),
+            "\uFFFD"
+            "a");
   // Overlong and surrogate encodings are refused byte by byte after the lead.
   EXPECT_EQ(valid_utf8("\xC0\xAF"), "\uFFFD\uFFFD");
   EXPECT_EQ(valid_utf8("\xED\xA0\x80"), "\uFFFD\uFFFD\uFFFD");

@@ -1,8 +1,9 @@
 // man-page troff -> paragraphs (docs/corpus.md, "manpages-zh").
+#include "datasets/troff_text.h"
+
 #include <gtest/gtest.h>
 
 #include "datasets/paragraph_text.h"
-#include "datasets/troff_text.h"
 
 namespace bonsai::datasets {
 namespace {
@@ -26,8 +27,9 @@ TEST(TroffText, SectionsParagraphsAndWrappedLines) {
       "第二段\n"
       "\n"
       "第三段。\n";
-  EXPECT_EQ(cleaned(troff_paragraphs(page)),
-            (std::vector<std::string>{"ls - 列出目录内容", "列出 FILE 的信息，默认为当前目录。", "第二段", "第三段。"}));
+  EXPECT_EQ(
+      cleaned(troff_paragraphs(page)),
+      (std::vector<std::string>{"ls - 列出目录内容", "列出 FILE 的信息，默认为当前目录。", "第二段", "第三段。"}));
 }
 
 TEST(TroffText, FontMacrosKeepTheirTextAndTpTagsAreDropped) {
@@ -77,7 +79,8 @@ TEST(TroffText, CodeTablesAndMacroDefinitionsAreDropped) {
 
 TEST(TroffText, EscapesAreResolved) {
   EXPECT_EQ(troff_paragraphs("\\fB粗体\\fP与\\fI斜体\\f(CW等宽\\f[R]\n"), std::vector<std::string>{"粗体与斜体等宽"});
-  EXPECT_EQ(troff_paragraphs("a\\-b \\(em \\[rq] \\(co \\[u4E2D]\n"), std::vector<std::string>{"a-b \u2014 \u201d \u00a9 中"});
+  EXPECT_EQ(troff_paragraphs("a\\-b \\(em \\[rq] \\(co \\[u4E2D]\n"),
+            std::vector<std::string>{"a-b \u2014 \u201d \u00a9 中"});
   EXPECT_EQ(troff_paragraphs("\\&.start \\e \\\\ x\\ y\\~z\n"), std::vector<std::string>{".start \\ \\ x y z"});
   // Colours, sizes, motions and registers print nothing (their names do not leak into the text).
   EXPECT_EQ(troff_paragraphs("\\m[blue]\\fB链接\\fR\\m[]\\&\\s-2\\u[1]\\d\\s+2。\n"),
@@ -116,8 +119,8 @@ TEST(TroffText, SoStubsAreRecognized) {
 
 TEST(TroffText, BadInputNeverCrashes) {
   // Escapes cut off at the end of the line or page, unterminated quotes and blocks.
-  for (const char* page : {"\\", "\\(", "\\[abc", "\\f", "\\s+", "\\h'unterminated", ".B \"open quote",
-                           ".nf\nno end", ".de X\nno end", "\\\\\\", "\xFF\xFE\\\xE4"}) {
+  for (const char* page : {"\\", "\\(", "\\[abc", "\\f", "\\s+", "\\h'unterminated", ".B \"open quote", ".nf\nno end",
+                           ".de X\nno end", "\\\\\\", "\xFF\xFE\\\xE4"}) {
     EXPECT_NO_THROW(troff_paragraphs(page)) << page;
   }
   EXPECT_TRUE(troff_paragraphs(".nf\n从未结束的代码块").empty());

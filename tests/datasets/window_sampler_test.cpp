@@ -1,11 +1,12 @@
 // Calibration windows: deterministic, from calibration text only (datasets/window_sampler.h).
+#include "datasets/window_sampler.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <random>
 #include <set>
 
-#include "datasets/window_sampler.h"
 #include "formats/error.h"
 #include "runtime/load.h"
 #include "runtime/tokenizer.h"
