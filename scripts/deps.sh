@@ -2,7 +2,7 @@
 # Installs the Debian packages bonsai builds with (idempotent; needs root or sudo).
 set -euo pipefail
 pkgs=(g++ cmake ninja-build pkg-config libboost-program-options-dev libeigen3-dev nlohmann-json3-dev
-      libyaml-cpp-dev libpcre2-dev libutf8proc-dev libxxhash-dev libssl-dev libgtest-dev libomp-dev)
+      libyaml-cpp-dev libpcre2-dev libutf8proc-dev libxxhash-dev libssl-dev zlib1g-dev libgtest-dev libomp-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
