@@ -154,3 +154,27 @@ TEST(Pipeline, ErrorsBeforeAnyWork) {
   o.plan = "ternary-all";  // 64-wide rows
   EXPECT_THROW(quantize_model(o), Error);
 }
+
+TEST(QuantizeCli, DryRunAndOptionErrors) {
+  BONSAI_REQUIRE_SHARED(kModel);
+  const std::string m = test::shared_file(kModel).string();
+  const std::string plan = write_plan("default: F16\n");
+  std::string out;
+  EXPECT_EQ(test::run_bonsai("quantize -m " + m + " --plan " + plan + " --dry-run", &out), 0) << out;
+  EXPECT_NE(out.find("blk.4.ffn_down.weight"), std::string::npos) << out;
+  EXPECT_NE(out.find("16.0000 bits/weight"), std::string::npos) << out;
+  EXPECT_EQ(test::run_bonsai("quantize -m " + m + " --plan " + plan, &out), 2) << out;  // no -o
+  EXPECT_NE(out.find("--out"), std::string::npos) << out;
+  EXPECT_EQ(test::run_bonsai("quantize -m " + m + " -o x.gguf --rotate givens", &out), 2) << out;
+  EXPECT_NE(out.find("--rotate must be none or hadamard"), std::string::npos) << out;
+  EXPECT_EQ(test::run_bonsai("quantize -m " + m + " -o x.gguf --method best", &out), 1) << out;
+  EXPECT_NE(out.find("best"), std::string::npos) << out;
+  EXPECT_EQ(test::run_bonsai("quantize -m " + m + " -o x.gguf --plan no-such-preset", &out), 1) << out;
+  EXPECT_NE(out.find("no such plan file, and not a preset"), std::string::npos) << out;
+  const auto dir = test::scratch_dir();
+  const std::string bad_stats = (dir / "bad.gguf").string();
+  test::write_bytes(bad_stats, {'G', 'G', 'U', 'F', 3, 0});
+  EXPECT_EQ(test::run_bonsai("quantize -m " + m + " -o " + (dir / "y.gguf").string() + " --plan " + plan + " --stats " + bad_stats, &out), 1)
+      << out;
+  EXPECT_NE(out.find(bad_stats), std::string::npos) << out;
+}
