@@ -327,6 +327,11 @@ QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev
 
   // Output: the source's metadata and the tensors in the source's order.
   Metadata meta = src.meta;
+  // A .bonsai source's own plan, provenance and dates describe how the source was made, not this file.
+  std::vector<std::string> stale;
+  for (const auto& [k, v] : meta.items())
+    if (k.starts_with("bonsai.")) stale.push_back(k);
+  for (const auto& k : stale) meta.erase(k);
   meta.set_u32("general.file_type", llama_file_type(rp.dominant_block_type()));
   meta.set_u32("general.quantization_version", 2);
   if (rotation) write_hadamard(*rotation, meta);
