@@ -158,7 +158,7 @@ TEST(Plan, ErrorsNameTheFileAndLine) {
       {"unknown-type.yaml", "default: PTQ1_0\nrules:\n  - match: 'attn'\n    type: Q3_K\n", ":4: unknown type 'Q3_K'"},
       {"unknown-default.yaml", "default: INT4\n", ":1: unknown type 'INT4'"},
       {"bad-method.yaml", "default: PTQ1_0\nrules:\n  - match: 'attn'\n    type: PTQ1_0\n    method: magic\n",
-       ":5: unknown method"},
+       "yaml:5: quantize: unknown method 'magic'"},
       {"method-q8.yaml", "default: PTQ1_0\nrules:\n  - match: 'attn'\n    type: Q8_0\n    method: gptq\n",
        ":3: 'method' applies to PTQ1_0 and PQ2_0 only"},
       {"bad-regex.yaml", "default: PTQ1_0\nrules:\n  - match: 'attn_(q'\n    type: Q8_0\n", ":3: bad regex 'attn_(q'"},
