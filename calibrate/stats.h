@@ -15,7 +15,12 @@ struct InputStats {
   std::vector<double> sum_sq;      // cols
   std::vector<double> gram;        // cols × cols (sum of x xᵀ), empty unless collected
 
+  // n rows of cols. sum_sq is sized on first use; the Gram matrix is accumulated only when `gram`
+  // was sized cols × cols beforehand (collecting it is the caller's choice: gptq needs it).
   void add(const float* x, int64_t n);  // n rows of cols
+  // Rounds the sums to float precision — what save_stats stores — so quantizing from statistics
+  // just measured and from the same statistics loaded back gives identical bytes.
+  void round_to_f32();
   std::vector<float> mean_sq() const;   // E[x²]
   std::vector<double> mean_gram() const;  // E[x xᵀ]
 };
@@ -25,7 +30,10 @@ struct Stats {
   std::string manifest_json;                    // what was measured: model, corpus, windows, seed
 };
 
-void save_stats(const std::string& path, const Stats& s);  // a GGUF file of F32/F64-as-F32 tensors
+// A GGUF file: tensors `<weight>.in_sum_sq` [cols] and `<weight>.in_gram` [cols, cols] (F32 sums),
+// keys bonsai.calib.version (1), bonsai.calib.manifest (JSON), bonsai.calib.weights (names) and
+// bonsai.calib.rows (rows accumulated per weight, same order).
+void save_stats(const std::string& path, const Stats& s);
 Stats load_stats(const std::string& path);                 // Error naming the file when malformed
 
 }  // namespace bonsai::calib

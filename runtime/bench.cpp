@@ -67,10 +67,14 @@ BenchResult bench(const Model& m, Backend& be, const BenchOptions& o, const std:
   r.bandwidth_gbs = be.measure_bandwidth_gbs();
   r.roofline_tps = r.bandwidth_gbs * 1e9 / double(r.bytes_per_token);
   r.roofline_pct = 100.0 * r.tg_tps / r.roofline_tps;
+  r.peak_rss_bytes = peak_rss_bytes();
+  return r;
+}
+
+int64_t peak_rss_bytes() {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
-  r.peak_rss_bytes = int64_t(ru.ru_maxrss) * 1024;
-  return r;
+  return int64_t(ru.ru_maxrss) * 1024;  // Linux reports kilobytes
 }
 
 }  // namespace bonsai

@@ -27,6 +27,8 @@ struct BenchResult {
 };
 
 uint64_t weight_bytes_per_token(const Model& m);
+// The process's peak resident set so far (getrusage), in bytes.
+int64_t peak_rss_bytes();
 BenchResult bench(const Model& m, Backend& be, const BenchOptions& o,
                   const std::function<void(const std::string&)>& log = {});
 

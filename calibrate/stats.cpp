@@ -1,0 +1,170 @@
+#include "calibrate/stats.h"
+
+#include <Eigen/Core>
+#include <cmath>
+#include <set>
+
+#include "formats/error.h"
+#include "formats/gguf.h"
+
+namespace bonsai::calib {
+
+namespace {
+
+// Rows per float Gram product before it is folded into the double sum: float keeps the GEMM fast
+// (Eigen's parallel kernel), the periodic double accumulation keeps 10⁵+ rows exact enough.
+constexpr int64_t kGramChunk = 4096;
+
+constexpr const char* kVersion = "bonsai.calib.version";
+constexpr const char* kManifest = "bonsai.calib.manifest";
+constexpr const char* kWeights = "bonsai.calib.weights";
+constexpr const char* kRows = "bonsai.calib.rows";
+constexpr const char* kSumSq = ".in_sum_sq";
+constexpr const char* kGram = ".in_gram";
+
+}  // namespace
+
+void InputStats::add(const float* x, int64_t n) {
+  if (cols <= 0) throw Error(cat("InputStats::add: cols is ", cols, " (set it before adding rows)"));
+  if (sum_sq.empty()) sum_sq.assign(size_t(cols), 0.0);
+  if (int64_t(sum_sq.size()) != cols) throw Error(cat("InputStats::add: sum_sq has ", sum_sq.size(), " entries, not ", cols));
+  const bool want_gram = !gram.empty();
+  if (want_gram && int64_t(gram.size()) != cols * cols)
+    throw Error(cat("InputStats::add: gram has ", gram.size(), " entries, not ", cols, "²"));
+  using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  for (int64_t r0 = 0; r0 < n; r0 += kGramChunk) {
+    const int64_t m = std::min(kGramChunk, n - r0);
+    const float* xs = x + r0 * cols;
+#pragma omp parallel for schedule(static) if (m * cols > 65536)
+    for (int64_t c = 0; c < cols; ++c) {
+      double s = 0;
+      for (int64_t r = 0; r < m; ++r) {
+        const double v = xs[r * cols + c];
+        s += v * v;
+      }
+      sum_sq[size_t(c)] += s;
+    }
+    if (want_gram) {
+      const Eigen::Map<const RowMajor> X(xs, m, cols);
+      const Eigen::MatrixXf G = X.transpose() * X;  // symmetric; column-major equals row-major
+      const float* g = G.data();
+#pragma omp parallel for schedule(static) if (cols * cols > 65536)
+      for (int64_t i = 0; i < cols * cols; ++i) gram[size_t(i)] += double(g[i]);
+    }
+  }
+  rows_seen += n;
+}
+
+std::vector<float> InputStats::mean_sq() const {
+  std::vector<float> out(sum_sq.size());
+  const double inv = rows_seen > 0 ? 1.0 / double(rows_seen) : 0.0;
+  for (size_t i = 0; i < out.size(); ++i) out[i] = float(sum_sq[i] * inv);
+  return out;
+}
+
+std::vector<double> InputStats::mean_gram() const {
+  std::vector<double> out(gram.size());
+  const double inv = rows_seen > 0 ? 1.0 / double(rows_seen) : 0.0;
+  for (size_t i = 0; i < out.size(); ++i) out[i] = gram[i] * inv;
+  return out;
+}
+
+void InputStats::round_to_f32() {
+  for (double& v : sum_sq) v = double(float(v));
+  for (double& v : gram) v = double(float(v));
+}
+
+void save_stats(const std::string& path, const Stats& s) {
+  TensorSet ts;
+  ts.path = path;
+  ts.meta.set_u32(kVersion, 1);
+  ts.meta.set_str(kManifest, s.manifest_json);
+  std::vector<std::string> names;
+  std::vector<KvScalar> rows;
+  for (const auto& [name, st] : s.by_weight) {
+    if (st.cols <= 0 || int64_t(st.sum_sq.size()) != st.cols)
+      fail(path, "statistics of '", name, "' have ", st.sum_sq.size(), " column sums for ", st.cols, " columns");
+    names.push_back(name);
+    rows.emplace_back(uint64_t(st.rows_seen));
+    auto put = [&](const std::string& tname, const std::vector<double>& v, std::vector<int64_t> ne) {
+      Tensor t;
+      t.name = tname;
+      t.type = TypeId::F32;
+      t.ne = std::move(ne);
+      t.nbytes = v.size() * sizeof(float);
+      float* d = reinterpret_cast<float*>(ts.alloc(t.nbytes));
+      for (size_t i = 0; i < v.size(); ++i) d[i] = float(v[i]);
+      t.data = reinterpret_cast<const uint8_t*>(d);
+      ts.add(std::move(t));
+    };
+    put(name + kSumSq, st.sum_sq, {st.cols});
+    if (!st.gram.empty()) {
+      if (int64_t(st.gram.size()) != st.cols * st.cols)
+        fail(path, "statistics of '", name, "' have a Gram matrix of ", st.gram.size(), " entries for ", st.cols, " columns");
+      put(name + kGram, st.gram, {st.cols, st.cols});
+    }
+  }
+  ts.meta.set_strings(kWeights, names);
+  ts.meta.set(kRows, KvValue::of_array(KvType::U64, std::move(rows)));
+  write_gguf(path, ts.meta, ts.tensors);
+}
+
+Stats load_stats(const std::string& path) {
+  const TensorSet ts = read_gguf(path);
+  Stats s;
+  std::vector<std::string> names;
+  std::vector<int64_t> rows;
+  try {
+    const auto version = ts.meta.get_int(kVersion);
+    if (!version) fail(path, "not a bonsai statistics file (no ", kVersion, ")");
+    if (*version != 1) fail(path, kVersion, " is ", *version, " (this bonsai reads 1)");
+    s.manifest_json = ts.meta.get_str(kManifest).value_or("");
+    names = ts.meta.get_strings(kWeights).value_or(std::vector<std::string>{});
+    rows = ts.meta.get_ints(kRows).value_or(std::vector<int64_t>{});
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.starts_with(path + ":")) throw;
+    fail(path, what);
+  }
+  if (names.size() != rows.size())
+    fail(path, kWeights, " lists ", names.size(), " weights but ", kRows, " has ", rows.size(), " counts");
+  std::set<std::string> expected;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    if (name.empty()) fail(path, "an empty weight name in ", kWeights);
+    if (s.by_weight.count(name)) fail(path, "weight '", name, "' is listed twice");
+    if (rows[i] <= 0) fail(path, "weight '", name, "' has ", rows[i], " rows (must be positive)");
+    const Tensor* sq = ts.find(name + kSumSq);
+    if (!sq) fail(path, "tensor '", name, kSumSq, "' is missing");
+    if (sq->type != TypeId::F32 || sq->ne.size() != 1)
+      fail(path, "tensor '", sq->name, "' must be a 1-D F32 tensor, is ", traits(sq->type).name, " ", sq->shape_str());
+    InputStats st;
+    st.cols = sq->ne[0];
+    st.rows_seen = rows[i];
+    const float* d = reinterpret_cast<const float*>(sq->data);
+    st.sum_sq.resize(size_t(st.cols));
+    for (int64_t c = 0; c < st.cols; ++c) {
+      if (!std::isfinite(d[c]) || d[c] < 0) fail(path, "tensor '", sq->name, "' holds ", d[c], " at column ", c);
+      st.sum_sq[size_t(c)] = d[c];
+    }
+    expected.insert(sq->name);
+    if (const Tensor* g = ts.find(name + kGram)) {
+      if (g->type != TypeId::F32 || g->ne != std::vector<int64_t>{st.cols, st.cols})
+        fail(path, "tensor '", g->name, "' must be F32 [", st.cols, ", ", st.cols, "], is ", traits(g->type).name, " ",
+             g->shape_str());
+      const float* gd = reinterpret_cast<const float*>(g->data);
+      st.gram.resize(size_t(st.cols * st.cols));
+      for (int64_t k = 0; k < st.cols * st.cols; ++k) {
+        if (!std::isfinite(gd[k])) fail(path, "tensor '", g->name, "' holds a non-finite value");
+        st.gram[size_t(k)] = gd[k];
+      }
+      expected.insert(g->name);
+    }
+    s.by_weight.emplace(name, std::move(st));
+  }
+  for (const Tensor& t : ts.tensors)
+    if (!expected.count(t.name)) fail(path, "tensor '", t.name, "' belongs to no weight listed in ", kWeights);
+  return s;
+}
+
+}  // namespace bonsai::calib

@@ -1,0 +1,113 @@
+// bonsai quantize -m SRC -o OUT: calibrated ternary quantization (quantize/pipeline.h).
+#include <cstdio>
+#include <map>
+
+#include "cli/command.h"
+#include "cli/progress.h"
+#include "formats/error.h"
+#include "quantize/pipeline.h"
+
+namespace bonsai::cli {
+namespace {
+
+// The kind of a block weight ("attn_q") from its name ("blk.3.attn_q.weight").
+std::string kind_of(const std::string& name) {
+  const size_t a = name.find('.', 4), b = name.rfind('.');
+  return a != std::string::npos && b > a ? name.substr(a + 1, b - a - 1) : name;
+}
+
+void print_summary(const quant::QuantizeResult& r, const std::string& out) {
+  std::printf("\nstages:\n");
+  double total = 0;
+  for (const auto& [name, s] : r.stages) {
+    std::printf("  %-32s %9.2f s\n", name.c_str(), s);
+    total += s;
+  }
+  std::printf("  %-32s %9.2f s\n", "total", total);
+  const auto& p = r.plan;
+  std::printf("wrote %s: %s (tensor data %s), %.4f bits/weight over all weights, %.4f over the block linear weights\n",
+              out.c_str(), human_bytes(double(r.file_bytes)).c_str(), human_bytes(double(p.total_bytes)).c_str(),
+              8.0 * double(p.total_bytes) / double(p.total_elems),
+              8.0 * double(p.block_linear_bytes) / double(p.block_linear_elems));
+  std::printf("peak RSS %s%s\n", human_bytes(double(r.peak_rss_bytes)).c_str(),
+              r.stats_loaded ? "; statistics reused (no model forward)" : "");
+  // Relative output error per weight kind: mean and worst, then the worst weights.
+  struct Agg { double sum = 0, max = 0; int n = 0; std::string worst; };
+  std::map<std::string, Agg> kinds;
+  for (const auto& e : r.errors) {
+    Agg& a = kinds[kind_of(e.name)];
+    a.sum += e.rel_error;
+    ++a.n;
+    if (e.rel_error >= a.max) a.max = e.rel_error, a.worst = e.name;
+  }
+  std::printf("relative output error ‖X(W−Ŵ)ᵀ‖²/‖XWᵀ‖² by weight (%s):\n",
+              !r.errors.empty() && r.errors[0].gram ? "Gram" : "importance-weighted");
+  for (const auto& [k, a] : kinds)
+    std::printf("  %-12s mean %.5f  max %.5f (%s)\n", k.c_str(), a.sum / a.n, a.max, a.worst.c_str());
+}
+
+int run(const std::vector<std::string>& args) {
+  po::options_description opts("options");
+  add_model(opts);
+  opts.add_options()("out,o", po::value<std::string>(), "output: FILE.gguf or FILE.bonsai")(
+      "plan", po::value<std::string>()->default_value(quant::kDefaultPlan),
+      "plan: a preset name (ternary-all, ternary-keep-embed-head-q8, ternary-first3-last2-q8) or a YAML file")(
+      "method", po::value<std::string>(),
+      "ternary method where the plan's rules name none: rtn, absmean, optimal, gptq (default: the plan's, else gptq)")(
+      "rotate", po::value<std::string>()->default_value("none"), "input rotation folded into the weights: none or hadamard")(
+      "rotate-block", po::value<int64_t>()->default_value(128), "Hadamard block size (a power of two dividing every rotated width)")(
+      "calib", po::value<std::vector<std::string>>()->multitoken(),
+      "calibration text files (default: ../shared/corpora/zh/calib-*.txt, or $BONSAI_SHARED_DIR/corpora/zh)")(
+      "calib-windows", po::value<int64_t>()->default_value(128), "calibration windows")(
+      "calib-len", po::value<int64_t>()->default_value(512), "tokens per calibration window")(
+      "stats", po::value<std::string>(),
+      "statistics file: reused when it exists (no model forward), else written after calibrating")(
+      "seed", po::value<uint64_t>()->default_value(0), "seed of the rotation's random signs")(
+      "dry-run", po::bool_switch(), "print the plan (tensor, type, method, bytes, totals) and exit");
+  add_threads(opts);
+  po::variables_map vm;
+  if (!parse(args,
+             "bonsai quantize -m SRC -o OUT.gguf|OUT.bonsai [--plan PRESET|FILE] [--method M] [--rotate hadamard "
+             "--rotate-block B] [--calib FILE...] [--calib-windows N --calib-len L] [--stats FILE] [--seed S] [--dry-run]",
+             "Quantizes a model by a mixed-precision plan. Ternary tensors (PTQ1_0, PQ2_0) are fitted to\n"
+             "activation statistics measured block by block on the calibration text (each block sees the\n"
+             "outputs of the blocks already quantized); other types use their reference encoders. With\n"
+             "--rotate hadamard, W·S·H is folded into every block's linear weights first (the runtime\n"
+             "rotates their inputs back, prism.hadamard.*). A .bonsai output also records the plan, the\n"
+             "sha256 of the source and of the calibration text, and each weight's relative output error.\n\n"
+             "example:\n  bonsai quantize -m zh-tiny-qwen3/ -o zh-tiny-ptq1.gguf --rotate hadamard --stats zh-tiny.stats.gguf",
+             opts, {}, vm))
+    return 0;
+  quant::QuantizeOptions o;
+  o.source = vm["model"].as<std::string>();
+  o.dry_run = vm["dry-run"].as<bool>();
+  if (vm.count("out")) o.output = vm["out"].as<std::string>();
+  else if (!o.dry_run) throw po::error("the option '--out' is required but missing");
+  o.plan = vm["plan"].as<std::string>();
+  if (vm.count("method")) o.method = quant::parse_method(vm["method"].as<std::string>());
+  const std::string rot = vm["rotate"].as<std::string>();
+  if (rot != "none" && rot != "hadamard") throw po::error("--rotate must be none or hadamard (got '" + rot + "')");
+  o.rotate = rot == "hadamard";
+  o.rotate_block = vm["rotate-block"].as<int64_t>();
+  if (vm.count("calib")) o.calib_files = vm["calib"].as<std::vector<std::string>>();
+  o.calib_windows = vm["calib-windows"].as<int64_t>();
+  o.calib_len = vm["calib-len"].as<int64_t>();
+  if (o.calib_windows <= 0 || o.calib_len <= 0) throw po::error("--calib-windows and --calib-len must be positive");
+  if (vm.count("stats")) o.stats_path = vm["stats"].as<std::string>();
+  o.seed = vm["seed"].as<uint64_t>();
+
+  quant::QuantizeEvents ev;
+  ev.info = [](const std::string& s) { std::printf("%s%s", s.c_str(), s.ends_with('\n') ? "" : "\n"); std::fflush(stdout); };
+  ev.block_done = [](const calib::BlockDone& b) {
+    Progress("calibrate blocks", b.n_blocks).update(b.block + 1, b.seconds, "peak RSS " + human_bytes(double(b.peak_rss_bytes)));
+  };
+  const quant::QuantizeResult r = quant::quantize_model(o, ev);
+  if (o.dry_run) return 0;
+  print_summary(r, o.output);
+  return 0;
+}
+
+const Registrar reg({"quantize", "quantize a model by a plan (calibrated ternary PTQ1_0 / PQ2_0)", run});
+
+}  // namespace
+}  // namespace bonsai::cli

@@ -1,0 +1,27 @@
+// The one progress line every long-running command prints (stderr): done/total, elapsed time,
+// ETA from the mean time per step so far, and any note the caller adds (peak RSS, ...).
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace bonsai::cli {
+
+class Progress {
+ public:
+  Progress(std::string label, int64_t total);
+  // Prints "label: done/total, 12.3 s, ETA 45.6 s[, note]", timed from construction.
+  void update(int64_t done, const std::string& note = "");
+  // The same with the elapsed time measured by the caller (steps that began elsewhere).
+  void update(int64_t done, double elapsed_s, const std::string& note);
+
+ private:
+  std::string label_;
+  int64_t total_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// "1.23 GiB", "45.6 MiB".
+std::string human_bytes(double bytes);
+
+}  // namespace bonsai::cli

@@ -1,0 +1,147 @@
+#include "quantize/gptq.h"
+
+#include <Eigen/Cholesky>
+#include <Eigen/Core>
+#include <algorithm>
+#include <vector>
+
+#include "formats/error.h"
+#include "formats/fp16.h"
+#include "quantize/group_fit.h"
+
+namespace bonsai::quant {
+namespace {
+
+using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic>;
+using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;
+using Eigen::Index;
+
+// Panel width of the factorization's independent pieces (and of Eigen's own blocking).
+constexpr Index kPanel = 128;
+
+// Lower Cholesky factor of a, in place (only the lower triangle is read and meaningful after):
+// right-looking and blocked, the panel solve and the trailing update (almost all of the n³/3
+// work) split into independent pieces across threads, where Eigen's LLT runs them on one.
+bool cholesky_lower(MatD& a) {
+  const Index n = a.rows();
+  for (Index k = 0; k < n; k += kPanel) {
+    const Index kb = std::min(kPanel, n - k);
+    Eigen::Ref<MatD> a11 = a.block(k, k, kb, kb);
+    Eigen::LLT<Eigen::Ref<MatD>> diag(a11);
+    if (diag.info() != Eigen::Success) return false;
+    // A21 <- A21·L11⁻ᵀ (rows independent), then A22 <- A22 − A21·A21ᵀ (by column panels of
+    // the lower part; each panel reads A21 only).
+#pragma omp parallel for schedule(static)
+    for (Index r0 = k + kb; r0 < n; r0 += kPanel) {
+      auto a21 = a.block(r0, k, std::min(kPanel, n - r0), kb);
+      a.block(k, k, kb, kb).triangularView<Eigen::Lower>().transpose().solveInPlace<Eigen::OnTheRight>(a21);
+    }
+#pragma omp parallel for schedule(dynamic, 1)
+    for (Index c0 = k + kb; c0 < n; c0 += kPanel) {
+      const Index cb = std::min(kPanel, n - c0);
+      a.block(c0, c0, n - c0, cb).noalias() -= a.block(c0, k, n - c0, kb) * a.block(c0, k, cb, kb).transpose();
+    }
+  }
+  return true;
+}
+
+// GPTQ's Hinv: the upper Cholesky factor U of H⁻¹ (H⁻¹ = UᵀU). With P the order reversal and
+// PHP = L Lᵀ, H = R Rᵀ for the upper R = P L P, so H⁻¹ = R⁻ᵀR⁻¹ and U = R⁻¹ = P L⁻¹ P: one
+// Cholesky and one triangular inverse (n³/3 each), no explicit H⁻¹. `h` is overwritten.
+MatF inverse_cholesky_upper(MatD& h) {
+  const Index n = h.rows();
+  h.reverseInPlace();
+  if (!cholesky_lower(h))
+    throw Error(cat("quantize: gptq: the damped Gram matrix is not positive definite (",
+                    "a Gram matrix that is not E[x xᵀ] of real inputs, or raise the damping)"));
+  // L⁻¹ by column panels, each independent: X = L⁻¹[p:, p:p+b] solves L[p:, p:]·X = [I; 0].
+  MatF u = MatF::Zero(n, n);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (Index p0 = 0; p0 < n; p0 += kPanel) {
+    const Index pb = std::min(kPanel, n - p0), m = n - p0;
+    MatD x = MatD::Zero(m, pb);
+    x.topRows(pb).setIdentity();
+    h.block(p0, p0, m, m).triangularView<Eigen::Lower>().solveInPlace(x);
+    for (Index j = 0; j < pb; ++j)
+      for (Index i = j; i < m; ++i) u(n - 1 - p0 - i, n - 1 - p0 - j) = float(x(i, j));
+  }
+  return u;
+}
+
+}  // namespace
+
+void gptq_ternary(const MatrixIn& in, const MethodOptions& opts, TernaryMatrix& out) {
+  const Index rows = in.rows, cols = in.cols, groups = cols / kGroup;
+
+  // H = 2G; a dead input (never nonzero) gets H_jj = 1 and its weights zeroed, as in GPTQ: its
+  // weights cannot change the output, and a unit diagonal keeps H invertible.
+  MatD h(cols, cols);
+  for (Index i = 0; i < cols; ++i)
+    for (Index j = 0; j < cols; ++j) h(i, j) = 2.0 * in.gram[i * cols + j];
+  std::vector<char> dead(size_t(cols), 0);
+  for (Index j = 0; j < cols; ++j)
+    if (h(j, j) == 0.0) {
+      dead[size_t(j)] = 1;
+      h(j, j) = 1.0;
+    }
+  h.diagonal().array() += opts.gptq_damp * h.diagonal().mean();
+  // The group scale's importance: the diagonal GPTQ works with (E[x²] up to the factor 2 and the
+  // damping, which keeps it positive).
+  std::vector<float> importance(static_cast<size_t>(cols));
+  for (Index j = 0; j < cols; ++j) importance[size_t(j)] = float(h(j, j));
+  const MatF hinv = inverse_cholesky_upper(h);
+  h.resize(0, 0);
+
+  MatF w(rows, cols);
+  for (Index r = 0; r < rows; ++r)
+    for (Index j = 0; j < cols; ++j) w(r, j) = dead[size_t(j)] ? 0.0f : in.w[r * cols + j];
+
+  // Lazy batches hold whole groups, so a group's scales are fitted on weights that have all
+  // updates from the columns before it. The result does not depend on the block size (the lazy
+  // batch is an exact reordering of GPTQ's updates); only the speed does.
+  const Index block = (std::max<int64_t>(opts.gptq_block, 1) + kGroup - 1) / kGroup * kGroup;
+  std::vector<float> scale(static_cast<size_t>(rows));
+  Eigen::VectorXf err(rows);
+  MatF err_block;
+  for (Index i1 = 0; i1 < cols; i1 += block) {
+    const Index i2 = std::min(cols, i1 + block), count = i2 - i1;
+    err_block.resize(rows, count);
+    for (Index j = i1; j < i2; ++j) {
+      if (j % kGroup == 0) {
+        const Index g = j / kGroup;
+#pragma omp parallel
+        {
+          std::vector<float> wg(kGroup);
+          std::vector<int8_t> scratch(kGroup);
+#pragma omp for schedule(static)
+          for (Index r = 0; r < rows; ++r) {
+            for (Index k = 0; k < kGroup; ++k) wg[size_t(k)] = w(r, j + k);
+            const uint16_t d = fit_optimal(wg.data(), importance.data() + j, kGroup, scratch.data());
+            out.scales[size_t(r * groups + g)] = d;
+            scale[size_t(r)] = fp16_to_f32(d);
+          }
+        }
+      }
+      const float hjj = hinv(j, j);
+      for (Index r = 0; r < rows; ++r) {
+        const float x = w(r, j);
+        const int8_t q = code_for_scale(x, scale[size_t(r)]);
+        out.codes[size_t(r * cols + j)] = q;
+        err[r] = (x - float(q) * scale[size_t(r)]) / hjj;
+      }
+      err_block.col(j - i1) = err;
+      if (j + 1 < i2) w.middleCols(j + 1, i2 - j - 1).noalias() -= err * hinv.row(j).segment(j + 1, i2 - j - 1);
+    }
+    if (i2 < cols) w.rightCols(cols - i2).noalias() -= err_block * hinv.block(i1, i2, count, cols - i2);
+  }
+
+  // A scale fixed at the group's start may end up with no code using it: store 0 then (a stored
+  // block re-encodes to itself only if its max |ŵ| is its scale).
+  for (Index r = 0; r < rows; ++r)
+    for (Index g = 0; g < groups; ++g) {
+      const int8_t* c = out.codes.data() + r * cols + g * kGroup;
+      if (std::all_of(c, c + kGroup, [](int8_t v) { return v == 0; })) out.scales[size_t(r * groups + g)] = 0;
+    }
+}
+
+}  // namespace bonsai::quant

@@ -1,0 +1,368 @@
+#include "quantize/pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "calibrate/stats.h"
+#include "formats/error.h"
+#include "formats/model_file.h"
+#include "quantize/provenance.h"
+#include "quantize/rotate.h"
+#include "runtime/bench.h"
+#include "runtime/load.h"
+
+namespace bonsai::quant {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::vector<float> to_f32(const Tensor& t) {
+  std::vector<float> v(size_t(t.nelements()));
+  traits(t.type).to_float(t.data, v.data(), t.nelements());
+  return v;
+}
+
+// Quantizes one matrix to its plan type. `w` is its float copy (rotated when the model is);
+// `st` its input statistics or null. Ternary types go through the calibrated methods, the others
+// through the type table's reference encoder. The error is measured against what the runtime
+// will compute with (the decoded result).
+Tensor quantize_matrix(const Tensor& like, const float* w, const TensorPlan& tp, const calib::InputStats* st,
+                       TensorSet& owner, WeightError* err, const std::function<void(const std::string&)>& info) {
+  const int64_t cols = like.ne[0], rows = like.nelements() / cols;
+  std::vector<float> importance;
+  std::vector<double> gram;
+  MatrixIn in;
+  in.w = w;
+  in.rows = rows;
+  in.cols = cols;
+  if (st) {
+    if (st->cols != cols)
+      throw Error(cat("statistics for '", like.name, "' have ", st->cols, " columns, the weight has ", cols));
+    importance = st->mean_sq();
+    in.importance = importance.data();
+    if (!st->gram.empty()) {
+      gram = st->mean_gram();
+      in.gram = gram.data();
+    }
+  }
+  Tensor out = like;
+  out.type = tp.type;
+  out.nbytes = *tensor_bytes(tp.type, like.ne);
+  uint8_t* data = owner.alloc(out.nbytes);
+  out.data = data;
+  std::vector<float> w_hat;
+  std::optional<Method> used = tp.method;
+  if (is_ternary(tp.type)) {
+    Method m = *tp.method;
+    if (m == Method::gptq && !in.gram) {
+      // Only matrices outside the blocks (the embedding lookup) have no statistics.
+      if (info) info(cat("note: '", like.name, "' has no input statistics: optimal (plain squared error) instead of gptq"));
+      m = Method::optimal;
+    }
+    used = m;
+    const TernaryMatrix q = quantize_ternary(in, m);
+    const std::vector<uint8_t> packed = q.pack(tp.type);
+    if (packed.size() != out.nbytes)
+      throw Error(cat("packing '", like.name, "' as ", traits(tp.type).name, " gave ", packed.size(), " bytes, expected ",
+                      out.nbytes));
+    std::copy(packed.begin(), packed.end(), data);
+    w_hat = q.dequantize();
+  } else {
+    const TypeTraits& tt = traits(tp.type);
+    w_hat.resize(size_t(rows * cols));
+    const uint64_t rb = *row_bytes(tp.type, uint64_t(cols));
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      tt.from_float(w + r * cols, data + uint64_t(r) * rb, cols);
+      tt.to_float(data + uint64_t(r) * rb, w_hat.data() + r * cols, cols);
+    }
+  }
+  if (err) {
+    err->name = like.name;
+    err->type = tp.type;
+    err->method = used;
+    err->gram = in.gram != nullptr;
+    err->rel_error = relative_output_error(in, w_hat);
+  }
+  return out;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(path, "cannot read the calibration text");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+nlohmann::ordered_json rotation_json(const QuantizeOptions& o) {
+  if (!o.rotate) return nullptr;
+  return {{"transform", "hadamard"}, {"block", o.rotate_block}, {"seed", o.seed}};
+}
+
+// Block matrices of a model, in block order: the seven weights a block reads.
+std::vector<const Tensor**> block_weights(LayerWeights& l) {
+  return {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down};
+}
+
+}  // namespace
+
+std::vector<std::string> default_calib_files() {
+  fs::path dir = "../shared/corpora/zh";
+  if (const char* e = std::getenv("BONSAI_SHARED_DIR"); e && *e) dir = fs::path(e) / "corpora/zh";
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_regular_file() && n.starts_with("calib-") && n.ends_with(".txt")) out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<int32_t> sample_windows_stand_in(const std::vector<int32_t>& corpus, int64_t n, int64_t len, int32_t bos,
+                                             const std::string& source) {
+  const int64_t total = int64_t(corpus.size());
+  if (n <= 0 || len <= 0) fail(source, "calibration needs windows > 0 and a window length > 0");
+  if (total < len) fail(source, "the calibration text has ", total, " tokens, fewer than one window of ", len);
+  std::vector<int32_t> out;
+  out.reserve(size_t(n * len));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t start = n > 1 ? i * (total - len) / (n - 1) : 0;
+    out.insert(out.end(), corpus.begin() + start, corpus.begin() + start + len);
+    if (bos >= 0) out[size_t(i * len)] = bos;
+  }
+  return out;
+}
+
+std::unique_ptr<Model> working_model(const TensorSet& src, const ResolvedPlan& plan, const HadamardSpec* rotation) {
+  TensorSet work;
+  work.path = src.path;
+  work.format = src.format;
+  work.meta = src.meta;
+  for (const Tensor& t : src.tensors) {
+    const TensorPlan* tp = plan.find(t.name);
+    if (!tp) fail(src.path, "tensor '", t.name, "' is not in the plan");
+    if (t.ne.size() < 2) {
+      work.add(t);
+    } else if (tp->block >= 0) {
+      Tensor f = t.type == TypeId::F32 ? t : convert_tensor(t, TypeId::F32, work);
+      if (rotation && rotation->rotates(t.name)) {
+        if (f.data == t.data) f = convert_tensor(t, TypeId::F32, work);  // own a copy before folding
+        // The bytes were allocated just above by `work`: writable, though Tensor views them as const.
+        fold_rotation(*rotation, reinterpret_cast<float*>(const_cast<uint8_t*>(f.data)), f.rows(), f.ne[0]);
+      }
+      work.add(f);
+    } else if (tp->type == t.type) {
+      work.add(t);
+    } else {
+      const std::vector<float> w = to_f32(t);
+      work.add(quantize_matrix(t, w.data(), *tp, nullptr, work, nullptr, {}));
+    }
+  }
+  auto m = load_model(std::move(work));
+  if (rotation) {
+    if (!m->hadamard.empty()) fail(src.path, "the model is already rotated (prism.hadamard.*): do not rotate it again");
+    m->hadamard = *rotation;
+  }
+  return m;
+}
+
+QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev) {
+  QuantizeResult res;
+  auto info = [&](const std::string& s) {
+    if (ev.info) ev.info(s);
+  };
+  auto t0 = Clock::now();
+  auto stage = [&](const char* name) {
+    res.stages.emplace_back(name, since(t0));
+    t0 = Clock::now();
+  };
+
+  // Source and plan: printed before any work.
+  const TensorSet src = open_model(o.source);
+  const ModelConfig cfg = read_model_config(src);
+  const Plan plan = load_plan(o.plan);
+  res.plan = resolve_plan(plan, src.tensors, cfg.n_layer, o.method, kDefaultMethod);
+  const ResolvedPlan& rp = res.plan;
+  info(cat("plan ", rp.plan_name, " (", rp.plan_source, ") on ", o.source, ":"));
+  info(rp.table());
+  if (o.dry_run) return res;
+  if (!o.output.ends_with(".gguf") && !o.output.ends_with(".bonsai")) fail(o.output, "output must end in .gguf or .bonsai");
+  stage("open source and plan");
+
+  // Working model, rotated when asked.
+  std::optional<HadamardSpec> rotation;
+  if (o.rotate) {
+    std::vector<std::pair<std::string, int64_t>> rotated;
+    for (const auto& t : rp.tensors)
+      if (t.block >= 0 && t.ne.size() >= 2) rotated.emplace_back(t.name, t.ne[0]);
+    rotation = make_rotation(rotated, o.rotate_block, o.seed);
+  }
+  std::unique_ptr<Model> m = working_model(src, rp, rotation ? &*rotation : nullptr);
+  stage(o.rotate ? "F32 working copies + rotation" : "F32 working copies");
+
+  // Quantized tensors by name; deque: LayerWeights point into it and it only grows.
+  std::deque<Tensor> quantized;
+  std::map<std::string, const Tensor*> by_name;
+  auto quantize_block = [&](int64_t l, const calib::Stats& stats) {
+    for (const Tensor** slot : block_weights(m->layers[size_t(l)])) {
+      const Tensor& w = **slot;
+      const TensorPlan* tp = rp.find(w.name);
+      const calib::InputStats* st = nullptr;
+      if (auto it = stats.by_weight.find(calib::input_key(w.name)); it != stats.by_weight.end()) st = &it->second;
+      WeightError err;
+      quantized.push_back(quantize_matrix(w, reinterpret_cast<const float*>(w.data), *tp, st, m->file, &err, info));
+      res.errors.push_back(err);
+      *slot = &quantized.back();
+      by_name[w.name] = &quantized.back();
+    }
+  };
+
+  std::string source_sha;
+  auto get_source_sha = [&] {
+    if (source_sha.empty()) source_sha = source_sha256(o.source);
+    return source_sha;
+  };
+
+  // Statistics: reused, measured (with per-block quantization), or not needed.
+  nlohmann::ordered_json manifest;
+  calib::Stats stats;
+  std::error_code ec;
+  const bool reuse = !o.stats_path.empty() && fs::exists(o.stats_path, ec);
+  const bool need_stats = rp.needs_importance();
+  if (reuse) {
+    stats = calib::load_stats(o.stats_path);
+    res.stats_loaded = true;
+    try {
+      manifest = nlohmann::ordered_json::parse(stats.manifest_json);
+    } catch (const nlohmann::json::exception& e) {
+      fail(o.stats_path, "bonsai.calib.manifest is not JSON: ", e.what());
+    }
+    const auto want_rot = rotation_json(o);
+    const auto have_rot = manifest.contains("rotation") ? manifest["rotation"] : nlohmann::ordered_json(nullptr);
+    if (want_rot != have_rot)
+      fail(o.stats_path, "the statistics were measured with rotation ", have_rot.dump(), ", this run uses ", want_rot.dump(),
+           ": statistics are only valid in the basis they were measured in");
+    if (manifest.contains("source_sha256") && manifest["source_sha256"] != get_source_sha())
+      info(cat("warning: ", o.stats_path, " was measured on another source file (sha256 ",
+               manifest["source_sha256"].get<std::string>(), ")"));
+    for (const auto& t : rp.tensors) {
+      if (t.block < 0 || t.ne.size() < 2) continue;
+      const auto it = stats.by_weight.find(calib::input_key(t.name));
+      if (it == stats.by_weight.end()) fail(o.stats_path, "no statistics for the input of '", t.name, "'");
+      if (it->second.cols != t.ne[0])
+        fail(o.stats_path, "statistics for '", it->first, "' have ", it->second.cols, " columns, '", t.name, "' reads ",
+             t.ne[0]);
+      if (t.method == Method::gptq && it->second.gram.empty())
+        fail(o.stats_path, "no Gram matrix for '", it->first, "', which gptq needs (measure again without this file)");
+    }
+    info(cat("statistics loaded from ", o.stats_path, ": no model forward"));
+    stage("load statistics");
+    for (int64_t l = 0; l < cfg.n_layer; ++l) quantize_block(l, stats);
+    stage("quantize");
+  } else if (need_stats) {
+    std::vector<std::string> files = o.calib_files.empty() ? default_calib_files() : o.calib_files;
+    if (files.empty())
+      throw Error("no calibration text: pass --calib FILE... (the plan's methods optimal/gptq need statistics)");
+    const auto tok = model_tokenizer(*m);
+    std::vector<int32_t> corpus;
+    for (const auto& f : files) {
+      const auto ids = tok->encode(read_file(f), false, false);
+      corpus.insert(corpus.end(), ids.begin(), ids.end());
+    }
+    const std::string calib_sha = sha256_files(files);
+    const int32_t bos = tok->add_bos_default() ? tok->bos() : -1;
+    const std::vector<int32_t> windows =
+        sample_windows_stand_in(corpus, o.calib_windows, o.calib_len, bos, files.size() == 1 ? files[0] : "calibration text");
+    info(cat("calibration: ", files.size(), " files, ", corpus.size(), " tokens; ", o.calib_windows, " windows of ",
+             o.calib_len, " tokens", rp.needs_gram() ? ", with Gram matrices" : ""));
+    stage("tokenize calibration text");
+    manifest["source"] = o.source;
+    manifest["source_sha256"] = get_source_sha();
+    manifest["calib_files"] = files;
+    manifest["calib_sha256"] = calib_sha;
+    manifest["corpus_tokens"] = corpus.size();
+    manifest["windows"] = o.calib_windows;
+    manifest["window_len"] = o.calib_len;
+    manifest["sampler"] = "evenly spaced starts (stand-in)";
+    manifest["bos"] = bos;
+    manifest["rotation"] = rotation_json(o);
+    manifest["gram"] = rp.needs_gram();
+    manifest["plan"] = rp.plan_name;
+    manifest["sequential"] = "each block measured on the outputs of the blocks already quantized";
+    calib::CalibrateOptions co;
+    co.gram = rp.needs_gram();
+    calib::CalibrateTimes ct;
+    stats = calib::calibrate_blocks(*m, windows, o.calib_windows, o.calib_len, co, quantize_block, ev.block_done, &ct);
+    stats.manifest_json = manifest.dump();
+    res.calibrated = true;
+    res.calib_tokens = o.calib_windows * o.calib_len;
+    res.stages.emplace_back("calibrate: embed", ct.embed);
+    res.stages.emplace_back("calibrate: statistics forward", ct.collect);
+    res.stages.emplace_back("calibrate: quantize", ct.quantize);
+    res.stages.emplace_back("calibrate: advance forward", ct.advance);
+    t0 = Clock::now();
+    if (!o.stats_path.empty()) {
+      calib::save_stats(o.stats_path, stats);
+      info(cat("statistics saved to ", o.stats_path));
+      stage("save statistics");
+    }
+  } else {
+    for (int64_t l = 0; l < cfg.n_layer; ++l) quantize_block(l, stats);
+    stage("quantize");
+  }
+
+  // Output: the source's metadata and the tensors in the source's order.
+  Metadata meta = src.meta;
+  // A .bonsai source's own plan, provenance and dates describe how the source was made, not this file.
+  std::vector<std::string> stale;
+  for (const auto& [k, v] : meta.items())
+    if (k.starts_with("bonsai.")) stale.push_back(k);
+  for (const auto& k : stale) meta.erase(k);
+  meta.set_u32("general.file_type", llama_file_type(rp.dominant_block_type()));
+  meta.set_u32("general.quantization_version", 2);
+  if (rotation) write_hadamard(*rotation, meta);
+  std::vector<Tensor> out;
+  for (const Tensor& t : m->file.tensors) {
+    if (auto it = by_name.find(t.name); it != by_name.end()) out.push_back(*it->second);
+    else if (t.ne.size() < 2 && t.type != TypeId::F32) out.push_back(convert_tensor(t, TypeId::F32, m->file));
+    else out.push_back(t);
+  }
+  if (o.output.ends_with(".bonsai")) {
+    meta.set_str("bonsai.plan", rp.json());
+    meta.set_str("bonsai.provenance.source", o.source);
+    meta.set_str("bonsai.provenance.source_sha256", get_source_sha());
+    if (manifest.contains("calib_sha256")) meta.set_str("bonsai.provenance.calib_sha256", manifest["calib_sha256"]);
+    if (!manifest.empty()) meta.set_str("bonsai.calib.manifest", manifest.dump());
+    nlohmann::ordered_json errs = nlohmann::ordered_json::object();
+    for (const auto& e : res.errors) {
+      nlohmann::ordered_json j;
+      j["type"] = traits(e.type).name;
+      if (e.method) j["method"] = method_name(*e.method);
+      j["rel_output_error"] = e.rel_error;
+      j["measure"] = e.gram ? "gram" : "importance";
+      errs[e.name] = j;
+    }
+    meta.set_str("bonsai.quant.layer_errors", errs.dump());
+  }
+  write_model(o.output, meta, out);
+  res.file_bytes = fs::file_size(o.output, ec);
+  stage("write");
+  res.peak_rss_bytes = peak_rss_bytes();
+  return res;
+}
+
+}  // namespace bonsai::quant

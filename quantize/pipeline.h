@@ -1,0 +1,80 @@
+// The quantize pipeline: source model (Hugging Face folder, GGUF, .bonsai) -> a Model whose block
+// matrices are F32 working copies (rotated when asked) -> calibration block by block, each block
+// quantized by its plan entry as soon as its input statistics are known (or statistics reused from
+// a file, with no model forward) -> GGUF or .bonsai with the quantized tensors, F32 norms, the
+// source's metadata, and for .bonsai the plan, provenance and per-weight errors.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "calibrate/runner.h"
+#include "quantize/plan.h"
+#include "quantize/ternary.h"
+#include "runtime/model.h"
+
+namespace bonsai::quant {
+
+// The method used when neither the command line nor the plan names one.
+constexpr Method kDefaultMethod = Method::gptq;
+constexpr const char* kDefaultPlan = "ternary-keep-embed-head-q8";
+
+struct QuantizeOptions {
+  std::string source, output;
+  std::string plan = kDefaultPlan;  // preset name or YAML file
+  std::optional<Method> method;     // --method
+  bool rotate = false;              // --rotate hadamard
+  int64_t rotate_block = 128;
+  std::vector<std::string> calib_files;  // empty: default_calib_files()
+  int64_t calib_windows = 128, calib_len = 512;
+  std::string stats_path;  // load when the file exists, else save there after calibrating
+  uint64_t seed = 0;       // rotation signs
+  bool dry_run = false;    // resolve and report the plan, nothing else
+};
+
+struct QuantizeEvents {
+  std::function<void(const std::string&)> info;              // a line of text (the plan table, notes)
+  std::function<void(const calib::BlockDone&)> block_done;   // calibration progress
+};
+
+struct WeightError {
+  std::string name;
+  TypeId type = TypeId::F32;
+  std::optional<Method> method;
+  double rel_error = 0;  // relative output error
+  bool gram = false;     // measured with the Gram matrix (else importance-weighted)
+};
+
+struct QuantizeResult {
+  ResolvedPlan plan;
+  std::vector<WeightError> errors;                    // block matrices, in model order
+  std::vector<std::pair<std::string, double>> stages;  // seconds per stage, in order
+  bool calibrated = false, stats_loaded = false;
+  int64_t calib_tokens = 0;  // tokens run through the model per block
+  uint64_t file_bytes = 0;
+  int64_t peak_rss_bytes = 0;
+};
+
+QuantizeResult quantize_model(const QuantizeOptions& opts, const QuantizeEvents& ev = {});
+
+// The calibration text used without --calib: the calib-*.txt files of $BONSAI_SHARED_DIR/corpora/zh,
+// else of ../shared/corpora/zh (from the working directory); empty when neither exists.
+std::vector<std::string> default_calib_files();
+
+// The model calibration runs on: the plan's block matrices as F32 copies (W·S·H when `rotation`
+// is given, which then becomes the model's HadamardSpec), the other matrices already in their plan
+// type, 1-D tensors as stored. Tensors left as stored point into `src`, which must outlive the
+// model. Exposed so tests can check that the rotation changes nothing.
+std::unique_ptr<Model> working_model(const TensorSet& src, const ResolvedPlan& plan, const HadamardSpec* rotation);
+
+// Stand-in for datasets/'s sampler until it lands: n windows of len tokens at evenly spaced
+// starts over the corpus (deterministic, covers it end to end); the first token of each becomes
+// `bos` when bos >= 0 (as perplexity chunks do). Error when the corpus is shorter than len.
+std::vector<int32_t> sample_windows_stand_in(const std::vector<int32_t>& corpus, int64_t n, int64_t len, int32_t bos,
+                                             const std::string& source);
+
+}  // namespace bonsai::quant
