@@ -7,7 +7,8 @@ jobs=$(nproc)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBONSAI_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build -j "$jobs" --output-on-failure
+# No -Werror here: GCC 12 reports false -Wmaybe-uninitialized inside <regex> under -fsanitize.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBONSAI_SANITIZE=ON -DBONSAI_CUDA=OFF \
-  -DBONSAI_WERROR=ON >/dev/null
+  -DBONSAI_WERROR=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan -j "$jobs" --output-on-failure -LE slow
