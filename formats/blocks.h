@@ -94,51 +94,114 @@ BONSAI_HD inline void for_each_trit(F&& f) {
     for (int n = 0; n < 4; ++n) f(e + h + QH * n, QS + h, n);
 }
 
-template <int QS, int QH, typename Block>
-BONSAI_HD inline void decode_base3(const Block& b, float* y) {
-  const float d = fp16_to_f32(b.d);
-  for_each_trit<QS, QH>([&](int e, int byte, int n) {
-    const uint8_t v = byte < QS ? b.qs[byte] : b.qh[byte - QS];
-    y[e] = float(trit_digit(v, n) - 1) * d;
-  });
-}
-
-// ---- per-block decoders ----
-
-BONSAI_HD inline void decode_block(const block_q8_0& b, float* y) {
-  const float d = fp16_to_f32(b.d);
-  for (int j = 0; j < QK8_0; ++j) y[j] = float(b.qs[j]) * d;
-}
-
-BONSAI_HD inline void decode_block(const block_q4_0& b, float* y) {
-  const float d = fp16_to_f32(b.d);
-  for (int j = 0; j < QK4_0 / 2; ++j) {
-    y[j] = float((b.qs[j] & 0x0f) - 8) * d;
-    y[j + QK4_0 / 2] = float((b.qs[j] >> 4) - 8) * d;
+// Inverse of for_each_trit: the byte and digit that hold element j.
+template <int QS, int QH>
+BONSAI_HD inline void trit_place(int j, int& byte, int& digit) {
+  int e = 0, off = 0;
+  for (int w = 32; w >= 8; w /= 2) {
+    while (QS - off >= w) {
+      if (j < e + 5 * w) {
+        byte = off + (j - e) % w;
+        digit = (j - e) / w;
+        return;
+      }
+      off += w;
+      e += 5 * w;
+    }
   }
+  byte = QS + (j - e) % QH;
+  digit = (j - e) / QH;
 }
 
-BONSAI_HD inline void decode_block(const block_tq1_0& b, float* y) { decode_base3<48, 4>(b, y); }
+// ---- the code view of each block type: the one description of where element j lives ----
+//
+// Every quantized type here stores element j as an integer code times the block's scale d. A
+// CodeView says: the block's code bytes (contiguous, kBytes of them), the byte and digit that
+// hold element j (place), and the signed integer that digit n of a code byte stands for (value).
+// decode_block below is written once over it; the CUDA lookup-table kernels read the same view
+// byte by byte. All values are small integers, so value * d is exact as the layouts define it.
+template <typename Block>
+struct CodeView;
 
-BONSAI_HD inline void decode_block(const block_ptq1_0& b, float* y) { decode_base3<24, 2>(b, y); }
+template <>
+struct CodeView<block_q8_0> {
+  static constexpr int kElems = QK8_0, kBytes = QK8_0, kDigits = 1;
+  BONSAI_HD static const uint8_t* bytes(const block_q8_0& b) { return reinterpret_cast<const uint8_t*>(b.qs); }
+  BONSAI_HD static float scale(const block_q8_0& b) { return fp16_to_f32(b.d); }
+  BONSAI_HD static void place(int j, int& byte, int& digit) { byte = j, digit = 0; }
+  BONSAI_HD static int value(uint8_t byte, int) { return int8_t(byte); }
+};
 
-BONSAI_HD inline void decode_block(const block_tq2_0& b, float* y) {
-  const float d = fp16_to_f32(b.d);
-  for (int h = 0; h < 2; ++h)
-    for (int m = 0; m < 32; ++m)
-      for (int n = 0; n < 4; ++n)
-        y[128 * h + m + 32 * n] = float(((b.qs[32 * h + m] >> (2 * n)) & 3) - 1) * d;
-}
+template <>
+struct CodeView<block_q4_0> {  // byte j: element j (low nibble), element j+16 (high nibble)
+  static constexpr int kElems = QK4_0, kBytes = QK4_0 / 2, kDigits = 2;
+  BONSAI_HD static const uint8_t* bytes(const block_q4_0& b) { return b.qs; }
+  BONSAI_HD static float scale(const block_q4_0& b) { return fp16_to_f32(b.d); }
+  BONSAI_HD static void place(int j, int& byte, int& digit) { byte = j % 16, digit = j / 16; }
+  BONSAI_HD static int value(uint8_t byte, int n) { return ((byte >> (4 * n)) & 0x0f) - 8; }
+};
 
-BONSAI_HD inline void decode_block(const block_q1_0& b, float* y) {
-  const float d = fp16_to_f32(b.d);
-  for (int j = 0; j < QK1_0; ++j) y[j] = ((b.qs[j / 8] >> (j % 8)) & 1) ? d : -d;
-}
+template <int QS, int QH>
+struct Base3View {  // TQ1_0 and PTQ1_0: qs then qh, contiguous in the block
+  static constexpr int kBytes = QS + QH, kDigits = 5;
+  BONSAI_HD static void place(int j, int& byte, int& digit) { trit_place<QS, QH>(j, byte, digit); }
+  BONSAI_HD static int value(uint8_t byte, int n) { return trit_digit(byte, n) - 1; }
+};
+
+template <>
+struct CodeView<block_tq1_0> : Base3View<48, 4> {
+  static constexpr int kElems = QK_K;
+  BONSAI_HD static const uint8_t* bytes(const block_tq1_0& b) { return b.qs; }
+  BONSAI_HD static float scale(const block_tq1_0& b) { return fp16_to_f32(b.d); }
+};
+
+template <>
+struct CodeView<block_ptq1_0> : Base3View<24, 2> {
+  static constexpr int kElems = QK_PTQ1_0;
+  BONSAI_HD static const uint8_t* bytes(const block_ptq1_0& b) { return b.qs; }
+  BONSAI_HD static float scale(const block_ptq1_0& b) { return fp16_to_f32(b.d); }
+};
+
+template <>
+struct CodeView<block_tq2_0> {  // byte 32h+m: elements 128h+m+32n in bits 2n..2n+1
+  static constexpr int kElems = QK_K, kBytes = QK_K / 4, kDigits = 4;
+  BONSAI_HD static const uint8_t* bytes(const block_tq2_0& b) { return b.qs; }
+  BONSAI_HD static float scale(const block_tq2_0& b) { return fp16_to_f32(b.d); }
+  BONSAI_HD static void place(int j, int& byte, int& digit) { byte = 32 * (j / 128) + j % 32, digit = (j % 128) / 32; }
+  BONSAI_HD static int value(uint8_t byte, int n) { return ((byte >> (2 * n)) & 3) - 1; }
+};
+
+template <>
+struct CodeView<block_q1_0> {  // element j: bit j%8 of byte j/8; 1 -> +d, 0 -> -d
+  static constexpr int kElems = QK1_0, kBytes = QK1_0 / 8, kDigits = 8;
+  BONSAI_HD static const uint8_t* bytes(const block_q1_0& b) { return b.qs; }
+  BONSAI_HD static float scale(const block_q1_0& b) { return fp16_to_f32(b.d); }
+  BONSAI_HD static void place(int j, int& byte, int& digit) { byte = j / 8, digit = j % 8; }
+  BONSAI_HD static int value(uint8_t byte, int n) { return ((byte >> n) & 1) ? 1 : -1; }
+};
 
 template <int QK>
-BONSAI_HD inline void decode_block(const block_2bit<QK>& b, float* y) {
-  const float d = fp16_to_f32(b.d);
-  for (int j = 0; j < QK; ++j) y[j] = float(((b.qs[j / 4] >> (2 * (j % 4))) & 3) - 1) * d;
+struct CodeView<block_2bit<QK>> {  // element j: bits 2*(j%4) of byte j/4, value code - 1
+  static constexpr int kElems = QK, kBytes = QK / 4, kDigits = 4;
+  BONSAI_HD static const uint8_t* bytes(const block_2bit<QK>& b) { return b.qs; }
+  BONSAI_HD static float scale(const block_2bit<QK>& b) { return fp16_to_f32(b.d); }
+  BONSAI_HD static void place(int j, int& byte, int& digit) { byte = j / 4, digit = j % 4; }
+  BONSAI_HD static int value(uint8_t byte, int n) { return ((byte >> (2 * n)) & 3) - 1; }
+};
+
+// Element j of a block.
+template <typename Block>
+BONSAI_HD inline float block_value(const Block& b, int j) {
+  using V = CodeView<Block>;
+  int byte = 0, digit = 0;
+  V::place(j, byte, digit);
+  return float(V::value(V::bytes(b)[byte], digit)) * V::scale(b);
+}
+
+// The whole block, decoded.
+template <typename Block>
+BONSAI_HD inline void decode_block(const Block& b, float* y) {
+  for (int j = 0; j < CodeView<Block>::kElems; ++j) y[j] = block_value(b, j);
 }
 
 }  // namespace bonsai

@@ -32,13 +32,25 @@ class Backend {
   // Rotary embedding of n tokens at positions pos0.., n_heads heads of head_dim, first n_rot dims.
   virtual void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos0,
                     float base, bool neox) = 0;
+  // One layer's K or V cache: n values in the backend's cache type (float on the CPU, fp16 on
+  // CUDA), zeroed; only store_kv and attention read or write it.
+  virtual void* alloc_kv(int64_t n) = 0;
+  // Cache rows [row0, row0 + n) of width dim <- src (n × dim floats).
+  virtual void store_kv(const float* src, void* cache, int64_t row0, int64_t n, int64_t dim) = 0;
   // Causal attention of n query tokens at positions pos0.. over the cache rows 0..pos0+n-1.
-  virtual void attention(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0,
+  virtual void attention(const float* q, const void* k_cache, const void* v_cache, int64_t n, int64_t pos0,
                          int64_t n_head, int64_t n_head_kv, int64_t head_dim, float* out) = 0;
   virtual void copy(const float* src, float* dst, int64_t n) = 0;
   virtual void add(float* x, const float* y, int64_t n) = 0;        // x += y
   virtual void silu_mul(float* g, const float* u, int64_t n) = 0;  // g = silu(g) * u
   virtual void hadamard(const HadamardSpec& spec, float* x, int64_t n, int64_t k, bool inverse) = 0;
+
+  // The calls between begin_step and end_step are one forward step of n tokens at positions
+  // pos0..; every position argument inside it is pos0 plus an offset that depends only on the
+  // step's shape, so a backend may record a step once and replay it (CUDA graphs for decode).
+  // Results reach the host only through to_host, after end_step.
+  virtual void begin_step(int64_t /*pos0*/, int64_t /*n*/) {}
+  virtual void end_step() {}
 
   // The memory-read bandwidth this backend's weights stream from (GB/s), measured now: the
   // roofline that generation speed is judged against.

@@ -71,8 +71,15 @@ class CpuBackend final : public Backend {
       }
   }
 
-  void attention(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0,
+  void* alloc_kv(int64_t n) override { return alloc(n); }
+  void store_kv(const float* src, void* cache, int64_t row0, int64_t n, int64_t dim) override {
+    std::memcpy(static_cast<float*>(cache) + row0 * dim, src, size_t(n * dim) * sizeof(float));
+  }
+
+  void attention(const float* q, const void* k_cache_v, const void* v_cache_v, int64_t n, int64_t pos0,
                  int64_t n_head, int64_t n_head_kv, int64_t head_dim, float* out) override {
+    const auto* k_cache = static_cast<const float*>(k_cache_v);
+    const auto* v_cache = static_cast<const float*>(v_cache_v);
     const int64_t group = n_head / n_head_kv, kv_dim = n_head_kv * head_dim;
     const float scale = 1.0f / std::sqrt(float(head_dim));
 #pragma omp parallel

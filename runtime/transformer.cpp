@@ -11,8 +11,8 @@ Session::Session(const Model& model, Backend& backend, int64_t n_ctx, int64_t n_
   const ModelConfig& c = m_.cfg;
   const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    k_cache_.push_back(be_.alloc(n_ctx_ * kv_dim));
-    v_cache_.push_back(be_.alloc(n_ctx_ * kv_dim));
+    k_cache_.push_back(be_.alloc_kv(n_ctx_ * kv_dim));
+    v_cache_.push_back(be_.alloc_kv(n_ctx_ * kv_dim));
   }
   const int64_t nb = n_batch_;
   x_ = be_.alloc(nb * c.n_embd);
@@ -65,8 +65,8 @@ void Session::block(int64_t l, float* x, int64_t n) {
   }
   be_.rope(q_, n, c.n_head, c.head_dim, c.n_rot, pos_, c.rope_base, c.rope_neox);
   be_.rope(k_, n, c.n_head_kv, c.head_dim, c.n_rot, pos_, c.rope_base, c.rope_neox);
-  be_.copy(k_, k_cache_[size_t(l)] + pos_ * kv_dim, n * kv_dim);
-  be_.copy(v_, v_cache_[size_t(l)] + pos_ * kv_dim, n * kv_dim);
+  be_.store_kv(k_, k_cache_[size_t(l)], pos_, n, kv_dim);
+  be_.store_kv(v_, v_cache_[size_t(l)], pos_, n, kv_dim);
   be_.attention(q_, k_cache_[size_t(l)], v_cache_[size_t(l)], n, pos_, c.n_head, c.n_head_kv, c.head_dim, att_);
   linear(*w.wo, att_, n, xn_, tmp_);
   be_.add(x, xn_, n * c.n_embd);
@@ -87,13 +87,19 @@ void Session::eval(const int32_t* ids, int64_t n, int64_t logits_from, float* lo
   for (int64_t i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= c.n_vocab) throw Error(cat("token id ", ids[i], " is outside the vocabulary (", c.n_vocab, ")"));
 
+  be_.begin_step(pos_, n);
   be_.embed(*m_.token_embd, ids, n, x_);
   if (m_.hadamard.inverse_weights.count(m_.token_embd->name)) be_.hadamard(m_.hadamard, x_, n, c.n_embd, true);
 
   for (int64_t l = 0; l < c.n_layer; ++l) block(l, x_, n);
+  if (logits_from < n) head(n, logits_from);
+  be_.end_step();
   pos_ += n;
+  if (logits_from < n) be_.to_host(logits_, logits, (n - logits_from) * c.n_vocab);
+}
 
-  if (logits_from >= n) return;
+void Session::head(int64_t n, int64_t logits_from) {
+  const ModelConfig& c = m_.cfg;
   const int64_t rows = n - logits_from;
   float* xl = x_ + logits_from * c.n_embd;
   be_.rmsnorm(xl, m_.output_norm, rows, c.n_embd, c.rms_eps, xn_);
@@ -104,7 +110,6 @@ void Session::eval(const int32_t* ids, int64_t n, int64_t logits_from, float* lo
   } else {
     linear(*m_.output, xn_, rows, logits_, tmp_);
   }
-  be_.to_host(logits_, logits, rows * c.n_vocab);
 }
 
 }  // namespace bonsai

@@ -36,11 +36,13 @@ class Session {
   void linear(const Tensor& w, float* x, int64_t n, float* y, float* scratch);
   // Block l on x_ (n tokens at positions pos_..), updating the KV cache.
   void block(int64_t l, float* x, int64_t n);
+  // Final norm and output head of rows [logits_from, n) of x_ into logits_ (backend memory).
+  void head(int64_t n, int64_t logits_from);
 
   const Model& m_;
   Backend& be_;
   int64_t n_ctx_, n_batch_, pos_ = 0;
-  std::vector<float*> k_cache_, v_cache_;  // per layer, [n_ctx][kv_dim] in backend memory
+  std::vector<void*> k_cache_, v_cache_;  // per layer, [n_ctx][kv_dim] in the backend's cache type
   float *x_, *xn_, *q_, *k_, *v_, *att_, *g_, *u_, *tmp_, *logits_;
   LinearObserver observer_;
 };

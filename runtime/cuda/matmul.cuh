@@ -1,0 +1,49 @@
+// Matrix products and row lookups of stored weights on the GPU. Weights are device copies of
+// the file's bytes in their stored type; activations are float32.
+//
+// Paths (chosen by the token count n):
+//  - n <= 8, quantized types: activations quantized to int8 once per call, one scale per weight
+//    block (amax/127), laid out in the order the block's code bytes hold their elements; each
+//    code byte is turned into up to 8 int8 values by a 256-entry lookup table and multiplied with
+//    two dp4a. Error bound per output: sum over blocks b of amax_b/254 * sum_{k in b} |W[r,k]|.
+//  - n <= 8, float types: float FMA dot products.
+//  - n > 8 (prompts): tensor cores (WMMA, fp16 inputs, fp32 accumulation) on tiles decoded from
+//    the stored blocks in shared memory; inputs rounded to fp16, relative error ~1e-3.
+#pragma once
+#include <cstdint>
+
+#include "formats/types.h"
+#include "runtime/cuda/launcher.cuh"
+
+namespace bonsai::cuda {
+
+// A weight matrix in device memory: rows of `cols` elements, row_bytes apart.
+struct DeviceMatrix {
+  TypeId type;
+  const uint8_t* data;
+  int64_t rows, cols, row_bytes;
+};
+
+// Device scratch for the quantized activations; grows and keeps old buffers until destroyed
+// (a recorded step may still refer to them).
+class ActScratch {
+ public:
+  ~ActScratch();
+  void* get(size_t bytes);
+
+ private:
+  void* buf_ = nullptr;
+  size_t size_ = 0;
+  std::vector<void*> retired_;
+};
+
+// y[t*rows + r] = sum_k W[r,k] x[t*cols + k] for t < n (x, y device memory, not overlapping).
+void matmul(Launcher& launch, const DeviceMatrix& w, const float* x, int64_t n, float* y, ActScratch& scratch);
+// The matmul paths by name, for tests that hold each to its bound: "lut" (n <= 8 quantized),
+// "fma" (n <= 8 float), "wmma".
+void matmul_path(Launcher& launch, const char* path, const DeviceMatrix& w, const float* x, int64_t n, float* y,
+                 ActScratch& scratch);
+// out[i*cols + k] = W[ids[i], k] (ids: device memory, already checked against rows).
+void get_rows(Launcher& launch, const DeviceMatrix& w, const int32_t* ids, int64_t n, float* out);
+
+}  // namespace bonsai::cuda

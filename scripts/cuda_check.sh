@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The GPU check (not a unit test; needs an NVIDIA GPU): the CUDA tests, perplexity on CUDA
+# against the CPU for the models present, and `bonsai bench --device cuda` on synthetic
+# Qwen3-8B in several weight types. Results go to $OUT (default /tmp/bonsai-cuda):
+#   results.jsonl  one JSON object a line (perplexity and bench runs, tagged)
+#   cuda_tests.json, log.txt, gpu.txt
+# Usage: scripts/cuda_check.sh
+# Env: BONSAI_BIN_DIR  folder with prebuilt bonsai and bonsai_cuda_tests (default: build here,
+#                      into build-cuda, for this GPU's architecture)
+#      BONSAI_LOADER   command prefix that runs those binaries (a carried ld.so, say)
+#      BONSAI_SHARED_DIR  fixtures (default ../shared); PPL_MODELS extra "name=path" pairs
+#      SIZE=8b TYPES="ptq1_0 pq2_0 q4_0 f16" REPS=3
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/bonsai-cuda}
+mkdir -p "$out"
+log="$out/log.txt"
+res="$out/results.jsonl"
+: >"$res"
+shared=${BONSAI_SHARED_DIR:-../shared}
+size=${SIZE:-8b}
+types=${TYPES:-"ptq1_0 pq2_0 q4_0 f16"}
+reps=${REPS:-3}
+loader=${BONSAI_LOADER:-}
+say() { echo "== $*" | tee -a "$log"; }
+
+nvidia-smi >"$out/gpu.txt" 2>&1 || { echo "no nvidia-smi: this check needs an NVIDIA GPU" | tee -a "$log"; exit 1; }
+say "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)"
+
+if [ -n "${BONSAI_BIN_DIR:-}" ]; then
+  bin=$BONSAI_BIN_DIR
+  tests=$bin/bonsai_cuda_tests
+else
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+  say "building for sm_$arch"
+  cmake -S . -B build-cuda -G Ninja -DBONSAI_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" >>"$log" 2>&1 &&
+    cmake --build build-cuda --target bonsai bonsai_cuda_tests >>"$log" 2>&1 || { say "build failed"; exit 1; }
+  bin=build-cuda/cli
+  tests=build-cuda/tests/bonsai_cuda_tests
+fi
+bonsai() { $loader "$bin/bonsai" "$@"; }
+
+say "CUDA tests"
+BONSAI_SHARED_DIR=$shared $loader "$tests" --gtest_output=json:"$out/cuda_tests.json" 2>&1 | tee -a "$log" | grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|Failure" | head -40
+
+# Perplexity: the same file on the CPU and on CUDA (ctx 512, the whole held-out text).
+text=$shared/corpora/zh/eval-debian-handbook-zh-CN.txt
+models="zh-bf16=$shared/models/zh-tiny-qwen3 ${PPL_MODELS:-}"
+for pair in $models; do
+  name=${pair%%=*}
+  path=${pair#*=}
+  [ -e "$path" ] && [ -f "$text" ] || { say "perplexity $name: $path or $text missing, skipped"; continue; }
+  for dev in cuda cpu; do
+    say "perplexity $name on $dev"
+    start=$(date +%s%N)
+    j=$(bonsai perplexity -m "$path" -f "$text" --device "$dev" --json 2>>"$log")
+    ms=$((($(date +%s%N) - start) / 1000000))
+    echo "{\"kind\":\"perplexity\",\"model\":\"$name\",\"device\":\"$dev\",\"ms\":$ms,\"result\":${j:-null}}" | tee -a "$res"
+  done
+done
+
+# Speed on synthetic Qwen3-$size.
+for t in $types; do
+  f=/tmp/bonsai-synth-$size-$t.gguf
+  say "synth $size $t"
+  [ -f "$f" ] || bonsai synth --size "$size" --type "$t" -o "$f" >>"$log" 2>&1 || { say "synth $t failed"; continue; }
+  say "bench $size $t"
+  j=$(bonsai bench -m "$f" --device cuda -p 512 -n 128 -r "$reps" --json 2>>"$log")
+  echo "{\"kind\":\"bench\",\"size\":\"$size\",\"type\":\"$t\",\"result\":${j:-null}}" | tee -a "$res"
+  rm -f "$f"
+done
+say "done"

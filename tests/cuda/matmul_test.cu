@@ -1,0 +1,115 @@
+// CUDA matmul paths against the CPU scalar reference (cpu::matmul_ref), every weight type, random
+// encoded weights. Tolerances per output y[t, r] (W decoded by to_float, x the activations):
+//
+//   path   types           |cuda - ref| <=
+//   lut    quantized       sum over weight blocks b of amax_b(x)/254 * sum_{k in b} |W_rk|  +  1e-5 * S_r
+//   fma    F32/F16/BF16    1e-5 * S_r
+//   wmma   every type      2^-10 * S_r  +  1e-6            (fp16 inputs: each product within ~2^-11)
+//
+// with S_r = sum_k |W_rk x_k|. lut rounds activations to int8 per weight block (|x - xq| <=
+// amax/254); the rest is float rounding of short chains.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cuda_support.h"
+#include "formats/types.h"
+#include "runtime/cpu/matmul.h"
+#include "runtime/cuda/matmul.cuh"
+
+using namespace bonsai;
+
+namespace {
+
+struct Dev {
+  void* p = nullptr;
+  explicit Dev(size_t n) { cudaMalloc(&p, n); }
+  ~Dev() { cudaFree(p); }
+};
+
+void check_path(TypeId type, const char* path, int64_t n) {
+  const TypeTraits& tt = traits(type);
+  const int64_t rows = 67, cols = 512;
+  std::mt19937 rng(uint32_t(int(type) * 131 + n));
+  std::normal_distribution<float> nd(0.f, 0.05f);
+  std::vector<float> wf(size_t(rows * cols)), x(size_t(n * cols));
+  for (auto& v : wf) v = nd(rng);
+  for (auto& v : x) v = nd(rng) * 20.0f;
+  const uint64_t rb = *row_bytes(type, uint64_t(cols));
+  std::vector<uint8_t> wb(size_t(rb * rows));
+  for (int64_t r = 0; r < rows; ++r) tt.from_float(&wf[size_t(r * cols)], &wb[size_t(r * rb)], cols);
+  std::vector<float> wd(wf.size());
+  for (int64_t r = 0; r < rows; ++r) tt.to_float(&wb[size_t(r * rb)], &wd[size_t(r * cols)], cols);
+
+  Tensor t;
+  t.name = "w";
+  t.type = type;
+  t.ne = {cols, rows};
+  t.data = wb.data();
+  t.nbytes = wb.size();
+  std::vector<float> ref(size_t(n * rows)), got(ref.size());
+  cpu::matmul_ref(t, x.data(), n, ref.data());
+
+  Dev dw(wb.size()), dx(x.size() * 4), dy(got.size() * 4);
+  cudaMemcpy(dw.p, wb.data(), wb.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+  cudaStream_t s;
+  cudaStreamCreate(&s);
+  {
+    cuda::Launcher launch(s);
+    cuda::ActScratch scratch;
+    cuda::matmul_path(launch, path, {type, static_cast<const uint8_t*>(dw.p), rows, cols, int64_t(rb)},
+                      static_cast<const float*>(dx.p), n, static_cast<float*>(dy.p), scratch);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  }
+  cudaStreamDestroy(s);
+  cudaMemcpy(got.data(), dy.p, got.size() * 4, cudaMemcpyDeviceToHost);
+
+  const std::string p = path;
+  const int qk = tt.block_elems;
+  int bad = 0;
+  for (int64_t ti = 0; ti < n; ++ti)
+    for (int64_t r = 0; r < rows; ++r) {
+      double s_abs = 0, act = 0;
+      for (int64_t b = 0; b < cols / qk; ++b) {
+        double amax = 0, wabs = 0;
+        for (int64_t k = b * qk; k < (b + 1) * qk; ++k) {
+          amax = std::max(amax, double(std::fabs(x[size_t(ti * cols + k)])));
+          wabs += std::fabs(wd[size_t(r * cols + k)]);
+          s_abs += std::fabs(double(wd[size_t(r * cols + k)]) * x[size_t(ti * cols + k)]);
+        }
+        act += amax / 254.0 * wabs;
+      }
+      const double tol = p == "lut" ? act + 1e-5 * s_abs : p == "fma" ? 1e-5 * s_abs : s_abs / 1024.0 + 1e-6;
+      const double diff = std::fabs(double(got[size_t(ti * rows + r)]) - ref[size_t(ti * rows + r)]);
+      if (!(diff <= tol) && bad++ < 3)
+        ADD_FAILURE() << tt.name << " " << path << " n=" << n << " t=" << ti << " r=" << r << ": cuda "
+                      << got[size_t(ti * rows + r)] << " ref " << ref[size_t(ti * rows + r)] << " tol " << tol;
+    }
+}
+
+const TypeId kQuant[] = {TypeId::Q8_0, TypeId::Q4_0, TypeId::Q1_0, TypeId::Q2_0, TypeId::TQ1_0, TypeId::TQ2_0,
+                         TypeId::PQ2_0, TypeId::PTQ1_0};
+const TypeId kFloat[] = {TypeId::F32, TypeId::F16, TypeId::BF16};
+
+}  // namespace
+
+TEST(CudaMatmul, LutPathMatchesReferenceForEveryQuantizedType) {
+  BONSAI_REQUIRE_CUDA();
+  for (TypeId t : kQuant)
+    for (int64_t n : {1, 3, 8}) check_path(t, "lut", n);
+}
+
+TEST(CudaMatmul, FmaPathMatchesReferenceForEveryFloatType) {
+  BONSAI_REQUIRE_CUDA();
+  for (TypeId t : kFloat)
+    for (int64_t n : {1, 8}) check_path(t, "fma", n);
+}
+
+TEST(CudaMatmul, WmmaPathMatchesReferenceForEveryType) {
+  BONSAI_REQUIRE_CUDA();
+  for (TypeId t : kQuant) check_path(t, "wmma", 70);
+  for (TypeId t : kFloat) check_path(t, "wmma", 9);
+}
