@@ -43,6 +43,7 @@ PerplexityResult perplexity(const Model& model, Backend& backend, const std::vec
       double sum = 0;
       for (int64_t v = 0; v < n_vocab; ++v) sum += std::exp(double(l[v] - mx));
       const double nll = std::log(sum) - double(l[chunk[size_t(p + 1)]] - mx);
+      if (opts.on_position) opts.on_position(l, chunk[size_t(p + 1)]);
       s1 += nll;
       s2 += nll * nll;
       chunk_sum += nll;
