@@ -242,7 +242,7 @@ TEST(BpeTokenizer, ChineseEvalTextExact) {
   size_t first_diff = 0;
   while (first_diff < got.size() && got[first_diff] == want[first_diff]) ++first_diff;
   EXPECT_EQ(first_diff, got.size()) << "first difference at token " << first_diff;
-  EXPECT_LT(s, 3.0 * kSlowBuild) << "encoding 500 KB took " << s << " s";
+  EXPECT_LT(s, 30.0 * kSlowBuild) << "encoding 500 KB took " << s << " s";
 }
 
 TEST(BpeTokenizer, ChineseCorporaRoundTrip) {
@@ -260,7 +260,9 @@ TEST(BpeTokenizer, ChineseCorporaRoundTrip) {
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(files, 4u);
-  EXPECT_LT(s, 20.0 * kSlowBuild) << "round trip of the zh corpora took " << s << " s";
+  // A guard against a quadratic slowdown, not a speed test (speed is measured by benchmarks):
+  // generous, so that a loaded machine does not fail it.
+  EXPECT_LT(s, 120.0 * kSlowBuild) << "round trip of the zh corpora took " << s << " s";
   std::cout << "zh corpora round trip: " << files << " files in " << s << " s\n";
 }
 
