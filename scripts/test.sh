@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBONSAI_WERROR=ON >/dev/null
+# CUDA sources (when nvcc is present) are compiled for one architecture here: every source is
+# compiled and warning-checked; the default build's three architectures would triple nvcc's time.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBONSAI_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build -j "$jobs" --output-on-failure
 # No -Werror here: GCC 12 reports false -Wmaybe-uninitialized inside <regex> under -fsanitize.

@@ -70,15 +70,17 @@ TEST(Stories260K, PerplexityMatchesLlamaCpp) {
   BONSAI_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
   const fs::path text = test::shared_file("corpora/en/tinystories_validation_100.txt");
   // shared/models/stories260K/README.md: llama-perplexity -c 128 / 256 / 512.
-  const struct { int64_t ctx; int64_t scored; double ppl; } ref[] = {{128, 13104, 4.0581}, {512, 13260, 3.8980}};
-  for (const char* f : {"models/stories260K/stories260K.bin", "models/stories260K/stories260K.gguf"}) {
-    const auto m = load_model(test::shared_file(f).string());
-    for (const auto& r : ref) {
-      const PerplexityResult p = ppl(*m, text, r.ctx, -1);
-      EXPECT_EQ(p.tokens, 26630) << f;
-      EXPECT_EQ(p.tokens_scored, r.scored) << f;
-      expect_rel(p.ppl, r.ppl, 0.001, f);
-    }
+  // One context per file: the two files hold byte-identical tensors (tests/formats), so the
+  // second context on the other file would measure nothing new and double the test's time.
+  const struct { const char* file; int64_t ctx; int64_t scored; double ppl; } ref[] = {
+      {"models/stories260K/stories260K.bin", 128, 13104, 4.0581},
+      {"models/stories260K/stories260K.gguf", 512, 13260, 3.8980}};
+  for (const auto& r : ref) {
+    const auto m = load_model(test::shared_file(r.file).string());
+    const PerplexityResult p = ppl(*m, text, r.ctx, -1);
+    EXPECT_EQ(p.tokens, 26630) << r.file;
+    EXPECT_EQ(p.tokens_scored, r.scored) << r.file;
+    expect_rel(p.ppl, r.ppl, 0.001, r.file);
   }
 }
 
@@ -97,13 +99,16 @@ TEST(ZhTinyQwen3, ConvertedGgufF32AndQ80) {
   const fs::path text = test::shared_file("corpora/zh/eval-debian-handbook-zh-CN.txt");
   const fs::path dir = test::scratch_dir();
   const TensorSet src = open_model(test::shared_file("models/zh-tiny-qwen3").string());
+  // Against the source model on the same 10 chunks (PerplexityFirst40ChunksMatchesReference holds
+  // the source to the README's reference): fewer chunks keep the test short.
+  const double bf16 = ppl(*load_model(test::shared_file("models/zh-tiny-qwen3").string()), text, 512, 10).ppl;
   const struct { TypeId type; const char* name; double tol; } cases[] = {{TypeId::F32, "f32.gguf", 0.001},
                                                                           {TypeId::Q8_0, "q8_0.gguf", 0.01}};
   for (const auto& c : cases) {
     convert_model(src, c.type, (dir / c.name).string());
     const auto m = load_model((dir / c.name).string());
     EXPECT_EQ(m->token_embd->type, c.type);
-    const PerplexityResult p = ppl(*m, text, 512, 40);
-    expect_rel(p.ppl, 806.0898, c.tol, c.name);
+    const PerplexityResult p = ppl(*m, text, 512, 10);
+    expect_rel(p.ppl, bf16, c.tol, c.name);
   }
 }
