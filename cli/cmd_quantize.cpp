@@ -52,6 +52,10 @@ int run(const std::vector<std::string>& args) {
   opts.add_options()("out,o", po::value<std::string>(), "output: FILE.gguf or FILE.bonsai")(
       "plan", po::value<std::string>()->default_value(quant::kDefaultPlan),
       "plan: a preset name (ternary-all, ternary-keep-embed-head-q8, ternary-first3-last2-q8) or a YAML file")(
+      "tensor-type", po::value<std::vector<std::string>>()->composing(),
+      "REGEX=TYPE: tensors whose name matches REGEX get TYPE, after the plan's rules (repeatable, in order)")(
+      "output-tensor-type", po::value<std::string>(), "type of output.weight, after the plan (untied models)")(
+      "token-embedding-type", po::value<std::string>(), "type of token_embd.weight, after the plan")(
       "method", po::value<std::string>(),
       "ternary method where the plan's rules name none: rtn, absmean, optimal, gptq (default: the plan's, else gptq)")(
       "rotate", po::value<std::string>()->default_value("none"), "input rotation folded into the weights: none or hadamard")(
@@ -68,14 +72,17 @@ int run(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse(args,
              "bonsai quantize -m SRC -o OUT.gguf|OUT.bonsai [--plan PRESET|FILE] [--method M] [--rotate hadamard "
-             "--rotate-block B] [--calib FILE...] [--calib-windows N --calib-len L] [--stats FILE] [--seed S] [--dry-run]",
+             "--rotate-block B] [--tensor-type REGEX=TYPE...] [--calib FILE...] [--calib-windows N --calib-len L] [--stats FILE] [--seed S] [--dry-run]",
              "Quantizes a model by a mixed-precision plan. Ternary tensors (PTQ1_0, PQ2_0) are fitted to\n"
              "activation statistics measured block by block on the calibration text (each block sees the\n"
              "outputs of the blocks already quantized); other types use their reference encoders. With\n"
              "--rotate hadamard, W·S·H is folded into every block's linear weights first (the runtime\n"
              "rotates their inputs back, prism.hadamard.*). A .bonsai output also records the plan, the\n"
-             "sha256 of the source and of the calibration text, and each weight's relative output error.\n\n"
-             "example:\n  bonsai quantize -m zh-tiny-qwen3/ -o zh-tiny-ptq1.gguf --rotate hadamard --stats zh-tiny.stats.gguf",
+             "sha256 of the source and of the calibration text, and each weight's relative output error.\n"
+             "--tensor-type, --output-tensor-type and --token-embedding-type override the plan as\n"
+             "llama-quantize's options do; the printed plan marks the tensors they decided.\n\n"
+             "examples:\n  bonsai quantize -m zh-tiny-qwen3/ -o zh-tiny-ptq1.gguf --rotate hadamard --stats zh-tiny.stats.gguf\n"
+             "  bonsai quantize -m zh-tiny-qwen3/ -o mixed.gguf --tensor-type 'blk\\.0\\..*=q8_0' --token-embedding-type q4_0",
              opts, {}, vm))
     return 0;
   quant::QuantizeOptions o;
@@ -84,6 +91,9 @@ int run(const std::vector<std::string>& args) {
   if (vm.count("out")) o.output = vm["out"].as<std::string>();
   else if (!o.dry_run) throw po::error("the option '--out' is required but missing");
   o.plan = vm["plan"].as<std::string>();
+  if (vm.count("tensor-type")) o.overrides.tensor_types = vm["tensor-type"].as<std::vector<std::string>>();
+  if (vm.count("output-tensor-type")) o.overrides.output_type = vm["output-tensor-type"].as<std::string>();
+  if (vm.count("token-embedding-type")) o.overrides.token_embd_type = vm["token-embedding-type"].as<std::string>();
   if (vm.count("method")) o.method = quant::parse_method(vm["method"].as<std::string>());
   const std::string rot = vm["rotate"].as<std::string>();
   if (rot != "none" && rot != "hadamard") throw po::error("--rotate must be none or hadamard (got '" + rot + "')");

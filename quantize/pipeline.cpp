@@ -194,7 +194,8 @@ QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev
   // Source and plan: printed before any work.
   const TensorSet src = open_model(o.source);
   const ModelConfig cfg = read_model_config(src);
-  const Plan plan = load_plan(o.plan);
+  Plan plan = load_plan(o.plan);
+  apply_overrides(plan, o.overrides);
   res.plan = resolve_plan(plan, src.tensors, cfg.n_layer, o.method, kDefaultMethod);
   const ResolvedPlan& rp = res.plan;
   info(cat("plan ", rp.plan_name, " (", rp.plan_source, ") on ", o.source, ":"));

@@ -26,6 +26,7 @@ constexpr const char* kDefaultPlan = "ternary-keep-embed-head-q8";
 struct QuantizeOptions {
   std::string source, output;
   std::string plan = kDefaultPlan;  // preset name or YAML file
+  PlanOverrides overrides;          // --tensor-type, --output-tensor-type, --token-embedding-type
   std::optional<Method> method;     // --method
   bool rotate = false;              // --rotate hadamard
   int64_t rotate_block = 128;

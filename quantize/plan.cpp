@@ -246,6 +246,7 @@ std::string ResolvedPlan::json() const {
     e["type"] = traits(t.type).name;
     if (t.method) e["method"] = method_name(*t.method);
     if (t.rule_line) e["rule_line"] = t.rule_line;
+    if (!t.rule_option.empty()) e["rule_option"] = t.rule_option;
     ts[t.name] = e;
   }
   j["tensors"] = ts;
@@ -262,8 +263,10 @@ std::string ResolvedPlan::table() const {
   for (const auto& t : tensors) {
     Tensor shape;
     shape.ne = t.ne;
-    std::snprintf(line, sizeof line, "%-*s  %-16s  %-7s  %-8s  %12llu\n", int(w), t.name.c_str(), shape.shape_str().c_str(),
-                  traits(t.type).name, t.method ? method_name(*t.method) : "-", static_cast<unsigned long long>(t.bytes));
+    std::snprintf(line, sizeof line, "%-*s  %-16s  %-7s  %-8s  %12llu%s%s\n", int(w), t.name.c_str(),
+                  shape.shape_str().c_str(), traits(t.type).name, t.method ? method_name(*t.method) : "-",
+                  static_cast<unsigned long long>(t.bytes), t.rule_option.empty() ? "" : "  <- ",
+                  t.rule_option.c_str());
     os << line;
   }
   std::snprintf(line, sizeof line,
@@ -275,6 +278,32 @@ std::string ResolvedPlan::table() const {
                 static_cast<long long>(block_linear_elems));
   os << line;
   return os.str();
+}
+
+void apply_overrides(Plan& plan, const PlanOverrides& o) {
+  auto add = [&](const std::string& option, const std::string& regex, const std::string& type, bool required) {
+    PlanRule r;
+    r.option = option;
+    r.match = regex;
+    try {
+      r.re = std::regex(regex, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw Error(cat(option, ": '", regex, "' is not a regular expression (", e.what(), ")"));
+    }
+    r.type = parse_type(type, option);
+    r.required = required;
+    plan.rules.push_back(std::move(r));
+  };
+  for (const std::string& tt : o.tensor_types) {
+    const size_t eq = tt.rfind('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == tt.size())
+      throw Error(cat("--tensor-type ", tt, ": expected REGEX=TYPE, e.g. 'ffn_down=q8_0'"));
+    add("--tensor-type " + tt, tt.substr(0, eq), tt.substr(eq + 1), true);
+  }
+  if (!o.output_type.empty())
+    add("--output-tensor-type " + o.output_type, "^output\\.weight$", o.output_type, false);
+  if (!o.token_embd_type.empty())
+    add("--token-embedding-type " + o.token_embd_type, "^token_embd\\.weight$", o.token_embd_type, true);
 }
 
 ResolvedPlan resolve_plan(const Plan& plan, const std::vector<Tensor>& tensors, int64_t n_layer,
@@ -315,12 +344,16 @@ ResolvedPlan resolve_plan(const Plan& plan, const std::vector<Tensor>& tensors, 
         ++hits[i];
         tp.type = rule.type;
         tp.rule_line = rule.line;
+        tp.rule_option = rule.option;
         m = rule.method;
       }
       if (is_ternary(tp.type)) tp.method = m ? *m : base;
       const int be = traits(tp.type).block_elems;
       if (t.ne[0] % be)
-        throw Error(cat(plan.source, tp.rule_line ? cat(":", tp.rule_line) : std::string(), ": tensor '", t.name, "' ",
+        throw Error(cat(!tp.rule_option.empty() ? tp.rule_option
+                        : tp.rule_line   ? cat(plan.source, ":", tp.rule_line)
+                                         : plan.source,
+                        ": tensor '", t.name, "' ",
                         t.shape_str(), " cannot be ", traits(tp.type).name, ": its rows of ", t.ne[0],
                         " are not a multiple of ", be));
     }
@@ -335,9 +368,9 @@ ResolvedPlan resolve_plan(const Plan& plan, const std::vector<Tensor>& tensors, 
     r.tensors.push_back(std::move(tp));
   }
   for (size_t i = 0; i < plan.rules.size(); ++i)
-    if (!hits[i])
-      throw Error(cat(plan.source, ":", plan.rules[i].line, ": rule '", plan.rules[i].match,
-                      "' matches no matrix of this model"));
+    if (!hits[i] && plan.rules[i].required)
+      throw Error(cat(plan.rules[i].option.empty() ? cat(plan.source, ":", plan.rules[i].line) : plan.rules[i].option,
+                      ": rule '", plan.rules[i].match, "' matches no matrix of this model"));
   return r;
 }
 

@@ -25,6 +25,8 @@ struct PlanRule {
   std::vector<std::pair<int64_t, int64_t>> layers;
   TypeId type = TypeId::PTQ1_0;
   std::optional<Method> method;
+  std::string option;     // a command-line override ("--tensor-type ..."); empty for a file rule
+  bool required = true;   // a rule that matches no matrix is an error
 };
 
 struct Plan {
@@ -46,6 +48,16 @@ Plan parse_plan(const std::string& yaml, const std::string& source);
 Plan load_plan(const std::string& path_or_preset);
 std::vector<std::string> preset_names();
 
+// llama-quantize-style overrides from the command line, applied after every rule of the plan
+// (so they win) and shown in the printed plan: --tensor-type REGEX=TYPE (repeatable, in order),
+// --output-tensor-type TYPE (output.weight; nothing when the model ties its head) and
+// --token-embedding-type TYPE (token_embd.weight). Errors name the option.
+struct PlanOverrides {
+  std::vector<std::string> tensor_types;
+  std::string output_type, token_embd_type;  // empty: not given
+};
+void apply_overrides(Plan& plan, const PlanOverrides& o);
+
 // One tensor's decision.
 struct TensorPlan {
   std::string name;
@@ -55,6 +67,7 @@ struct TensorPlan {
   int64_t block = -1;            // blk.N index, -1 outside the blocks
   uint64_t bytes = 0;
   int rule_line = 0;             // the rule that decided it (0: the default / 1-D)
+  std::string rule_option;       // or the command-line override that did
 };
 
 struct ResolvedPlan {

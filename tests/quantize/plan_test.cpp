@@ -204,3 +204,36 @@ TEST(Plan, ErrorsNameTheFileAndLine) {
   EXPECT_NE(e.find("preset ternary-all"), std::string::npos) << e;
   EXPECT_NE(e.find("rows of 64 are not a multiple of 128"), std::string::npos) << e;
 }
+
+TEST(Plan, CommandLineOverridesWinAndAreShown) {
+  const auto ts = zh_tiny_tensors();
+  Plan p = load_plan("ternary-keep-embed-head-q8");
+  PlanOverrides o;
+  o.tensor_types = {"blk\\.0\\..*=q8_0", "ffn_down=f16"};
+  o.token_embd_type = "q4_0";
+  o.output_type = "q8_0";  // zh-tiny ties its head: no output.weight, and that is not an error
+  apply_overrides(p, o);
+  const ResolvedPlan r = resolve_plan(p, ts, 6, std::nullopt, Method::gptq);
+  EXPECT_EQ(r.find("blk.0.attn_q.weight")->type, TypeId::Q8_0);
+  EXPECT_FALSE(r.find("blk.0.attn_q.weight")->method);
+  EXPECT_EQ(r.find("blk.0.ffn_down.weight")->type, TypeId::F16);  // the later override wins
+  EXPECT_EQ(r.find("blk.3.ffn_down.weight")->type, TypeId::F16);
+  EXPECT_EQ(r.find("blk.3.ffn_up.weight")->type, TypeId::PTQ1_0);  // the plan's rule
+  EXPECT_EQ(r.find("token_embd.weight")->type, TypeId::Q4_0);
+  EXPECT_EQ(r.find("token_embd.weight")->rule_option, "--token-embedding-type q4_0");
+  const std::string table = r.table();
+  EXPECT_NE(table.find("<- --tensor-type ffn_down=f16"), std::string::npos) << table;
+
+  for (const char* bad : {"ffn_down", "=q8_0", "ffn_down=", "ffn_down=q3_k", "[=q8_0", "nomatch=q8_0"}) {
+    Plan q = load_plan("ternary-all");
+    PlanOverrides b;
+    b.tensor_types = {bad};
+    try {
+      apply_overrides(q, b);
+      resolve_plan(q, ts, 6, std::nullopt, Method::gptq);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--tensor-type"), std::string::npos) << bad << ": " << e.what();
+    }
+  }
+}
