@@ -7,10 +7,10 @@
 #
 # Each run writes OUT/RUN.quantize.json (bonsai quantize --json), OUT/RUN.ppl.json (bonsai
 # perplexity --json) and OUT/RUN.log; a run whose .ppl.json exists is skipped, so the script can
-# be resumed. Then OUT/table.md is rewritten from every run present. Environment: BONSAI (the
-# binary, default build/cli/bonsai), BONSAI_SHARED_DIR (default ../shared), OUT (default
-# build/results-stage1), THREADS (default 0: all cores), COMMIT (recorded in OUT/machine.json;
-# default the working tree's HEAD).
+# be resumed, or run as two instances sharing the list. Then OUT/table.md is rewritten from every
+# run present. Environment: BONSAI (the binary, default build/cli/bonsai), BONSAI_SHARED_DIR
+# (default ../shared), OUT (default build/results-stage1), THREADS (default 0: all cores), COMMIT
+# (recorded in OUT/machine.json; default the working tree's HEAD).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BONSAI_SHARED_DIR=${BONSAI_SHARED_DIR:-../shared}
@@ -39,6 +39,9 @@ EOF
 
 for run in "${runs[@]}"; do
   [ -e "$out/$run.ppl.json" ] && { echo "$run: done already"; continue; }
+  # A run in progress holds OUT/RUN.lock, so two instances given overlapping lists share the work
+  # (remove a lock left by an interrupted run by hand).
+  mkdir "$out/$run.lock" 2>/dev/null || { echo "$run: running elsewhere ($out/$run.lock)"; continue; }
   echo "$run: start $(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg)"
   if [ "$run" = bf16 ]; then
     measured=$model
@@ -52,6 +55,7 @@ for run in "${runs[@]}"; do
   nice "$bonsai" perplexity -m "$measured" -f "$eval_text" --ctx 512 --threads "$threads" --json \
     >"$out/$run.ppl.json.tmp" 2>>"$out/$run.log"
   mv "$out/$run.ppl.json.tmp" "$out/$run.ppl.json"
+  rmdir "$out/$run.lock"
   echo "$run: $(python3 -c 'import json,sys; print("PPL %.2f" % json.load(open(sys.argv[1]))["ppl"])' "$out/$run.ppl.json"), load $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 

@@ -78,9 +78,9 @@ TEST(WindowSampler, WindowsAreSlicesOfTheConcatenatedFiles) {
   EXPECT_EQ(sample_windows(qwen3(), files, 6, 8, 42).ids, w.ids);
   EXPECT_NE(sample_windows(qwen3(), files, 6, 8, 43).starts, w.starts);
   // BOS over each window's first id, the rest untouched.
-  auto b = w;
-  b.begin_each_with(-7);
-  for (size_t i = 0; i < b.ids.size(); ++i) EXPECT_EQ(b.ids[i], i % 8 == 0 ? -7 : w.ids[i]) << i;
+  auto with_bos = w;
+  with_bos.begin_each_with(-7);
+  for (size_t i = 0; i < w.ids.size(); ++i) EXPECT_EQ(with_bos.ids[i], i % 8 == 0 ? -7 : w.ids[i]) << i;
   // Too little text for one window: the error names the files and both counts.
   try {
     sample_windows(qwen3(), files, 1, stream.size() + 1, 0);
