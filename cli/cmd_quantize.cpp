@@ -3,6 +3,7 @@
 #include <map>
 
 #include "cli/command.h"
+#include "cli/json_out.h"
 #include "cli/progress.h"
 #include "formats/error.h"
 #include "quantize/pipeline.h"
@@ -46,6 +47,37 @@ void print_summary(const quant::QuantizeResult& r, const std::string& out) {
     std::printf("  %-12s mean %.5f  max %.5f (%s)\n", k.c_str(), a.sum / a.n, a.max, a.worst.c_str());
 }
 
+// The summary for scripts (scripts/results_stage1.sh): what print_summary says, as one object.
+void print_summary_json(const quant::QuantizeResult& r, const quant::QuantizeOptions& o) {
+  const auto& p = r.plan;
+  nlohmann::ordered_json stages = nlohmann::ordered_json::object();
+  double total = 0;
+  for (const auto& [name, s] : r.stages) {
+    stages[name] = s;
+    total += s;
+  }
+  nlohmann::ordered_json errors = nlohmann::ordered_json::object();
+  for (const auto& e : r.errors) errors[e.name] = e.rel_error;
+  print_json({{"source", o.source},
+              {"output", o.output},
+              {"plan", p.plan_name},
+              {"method", o.method ? quant::method_name(*o.method) : "as the plan says"},
+              {"rotate", o.rotate ? "hadamard" : "none"},
+              {"rotate_block", o.rotate ? o.rotate_block : 0},
+              {"calibrated", r.calibrated},
+              {"stats_loaded", r.stats_loaded},
+              {"calib_windows", o.calib_windows},
+              {"calib_len", o.calib_len},
+              {"seed", o.seed},
+              {"file_bytes", r.file_bytes},
+              {"bpw_all", 8.0 * double(p.total_bytes) / double(p.total_elems)},
+              {"bpw_block_linear", 8.0 * double(p.block_linear_bytes) / double(p.block_linear_elems)},
+              {"seconds", total},
+              {"stages", stages},
+              {"peak_rss_bytes", r.peak_rss_bytes},
+              {"rel_errors", errors}});
+}
+
 int run(const std::vector<std::string>& args) {
   po::options_description opts("options");
   add_model(opts);
@@ -66,9 +98,10 @@ int run(const std::vector<std::string>& args) {
       "calib-len", po::value<int64_t>()->default_value(512), "tokens per calibration window")(
       "stats", po::value<std::string>(),
       "statistics file: reused when it exists (no model forward), else written after calibrating")(
-      "seed", po::value<uint64_t>()->default_value(0), "seed of the rotation's random signs")(
+      "seed", po::value<uint64_t>()->default_value(0), "seed of the calibration windows and of the rotation's random signs")(
       "dry-run", po::bool_switch(), "print the plan (tensor, type, method, bytes, totals) and exit");
   add_threads(opts);
+  add_json(opts);
   po::variables_map vm;
   if (!parse(args,
              "bonsai quantize -m SRC -o OUT.gguf|OUT.bonsai [--plan PRESET|FILE] [--method M] [--rotate hadamard "
@@ -106,14 +139,20 @@ int run(const std::vector<std::string>& args) {
   if (vm.count("stats")) o.stats_path = vm["stats"].as<std::string>();
   o.seed = vm["seed"].as<uint64_t>();
 
+  // With --json the log goes to stderr so stdout holds only the JSON object.
+  const bool json = vm["json"].as<bool>();
+  FILE* log = json ? stderr : stdout;
   quant::QuantizeEvents ev;
-  ev.info = [](const std::string& s) { std::printf("%s%s", s.c_str(), s.ends_with('\n') ? "" : "\n"); std::fflush(stdout); };
+  ev.info = [log](const std::string& s) { std::fprintf(log, "%s%s", s.c_str(), s.ends_with('\n') ? "" : "\n"); std::fflush(log); };
   ev.block_done = [](const calib::BlockDone& b) {
     Progress("calibrate blocks", b.n_blocks).update(b.block + 1, b.seconds, "peak RSS " + human_bytes(double(b.peak_rss_bytes)));
   };
   const quant::QuantizeResult r = quant::quantize_model(o, ev);
   if (o.dry_run) return 0;
-  print_summary(r, o.output);
+  if (json)
+    print_summary_json(r, o);
+  else
+    print_summary(r, o.output);
   return 0;
 }
 

@@ -25,16 +25,6 @@ std::string strip_ansi_colours(std::string_view s) {
   return out;
 }
 
-std::string_view trim(std::string_view s) {
-  size_t b = s.size(), e = 0;
-  for_each_code_point(s, [&](uint32_t cp, size_t off, size_t n) {
-    if (is_space(cp)) return;
-    b = std::min(b, off);
-    e = off + n;
-  });
-  return b >= e ? std::string_view{} : s.substr(b, e - b);
-}
-
 bool ends_with_sentence_punctuation(std::string_view line) {
   static constexpr std::array<std::string_view, 7> kPunct = {"。", "！", "？", "，", "；", "、", "："};
   return std::any_of(kPunct.begin(), kPunct.end(), [&](std::string_view p) { return line.ends_with(p); });

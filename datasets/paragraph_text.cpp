@@ -1,5 +1,6 @@
 #include "datasets/paragraph_text.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "runtime/unicode_nfc.h"
@@ -54,22 +55,14 @@ std::string valid_utf8(std::string_view bytes) {
   return out;
 }
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
+std::string_view trim(std::string_view s) {
+  size_t b = s.size(), e = 0;
+  for_each_code_point(s, [&](uint32_t cp, size_t off, size_t n) {
+    if (is_space(cp)) return;
+    b = std::min(b, off);
+    e = off + n;
+  });
+  return b >= e ? std::string_view{} : s.substr(b, e - b);
 }
 
 size_t count_code_points(std::string_view s) {

@@ -7,6 +7,9 @@
 #include <string>
 #include <string_view>
 
+// append_utf8 (code point -> UTF-8): the one definition, shared with the tokenizers.
+#include "runtime/byte_unicode.h"
+
 namespace bonsai::datasets {
 
 // Calls f(code_point, byte_offset, byte_length) for each code point of valid UTF-8 `s`.
@@ -28,8 +31,9 @@ void for_each_code_point(std::string_view s, F&& f) {
 // subpart, the Unicode "best practice" that Python's errors="replace" also follows).
 std::string valid_utf8(std::string_view bytes);
 
-void append_utf8(std::string& out, uint32_t cp);
 size_t count_code_points(std::string_view s);
+// `s` without the whitespace (is_space) at either end; a view into `s`, of valid UTF-8.
+std::string_view trim(std::string_view s);
 
 // Unicode White_Space as Python's str.isspace() has it (TAB..CR, U+001C..U+001F, SPACE, U+0085,
 // NBSP, U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000). The ideographic space

@@ -234,16 +234,6 @@ bool is_blank(std::string_view s) {
   return blank;
 }
 
-std::string_view trim(std::string_view s) {
-  size_t b = s.size(), e = 0;
-  for_each_code_point(s, [&](uint32_t cp, size_t off, size_t n) {
-    if (is_space(cp)) return;
-    b = std::min(b, off);
-    e = off + n;
-  });
-  return b >= e ? std::string_view{} : s.substr(b, e - b);
-}
-
 // Macro arguments: blank-separated; a double-quoted argument may hold blanks; an escaped blank
 // (`\ `) does not separate.
 std::vector<std::string_view> split_args(std::string_view s) {

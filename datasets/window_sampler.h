@@ -32,6 +32,11 @@ struct SampledWindows {
   std::vector<int32_t> ids;      // windows back to back: n * window_len ids
   std::span<const int32_t> window(size_t k) const { return {ids.data() + k * window_len, window_len}; }
   size_t size() const { return starts.size(); }
+  // Overwrites the first id of every window with `token` (a BOS, as the perplexity chunks the
+  // model is judged on begin with one).
+  void begin_each_with(int32_t token) {
+    for (size_t k = 0; k < size(); ++k) ids[k * window_len] = token;
+  }
 };
 
 // Steps 2-3 of the rule: the n starts in [0, total_tokens - window_len]. Error when

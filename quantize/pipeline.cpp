@@ -5,12 +5,11 @@
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "calibrate/stats.h"
+#include "datasets/window_sampler.h"
 #include "formats/error.h"
 #include "formats/model_file.h"
 #include "quantize/provenance.h"
@@ -98,14 +97,6 @@ Tensor quantize_matrix(const Tensor& like, const float* w, const TensorPlan& tp,
   return out;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(path, "cannot read the calibration text");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 nlohmann::ordered_json rotation_json(const QuantizeOptions& o) {
   if (!o.rotate) return nullptr;
   return {{"transform", "hadamard"}, {"block", o.rotate_block}, {"seed", o.seed}};
@@ -129,21 +120,6 @@ std::vector<std::string> default_calib_files() {
     if (e.is_regular_file() && n.starts_with("calib-") && n.ends_with(".txt")) out.push_back(e.path().string());
   }
   std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::vector<int32_t> sample_windows_stand_in(const std::vector<int32_t>& corpus, int64_t n, int64_t len, int32_t bos,
-                                             const std::string& source) {
-  const int64_t total = int64_t(corpus.size());
-  if (n <= 0 || len <= 0) fail(source, "calibration needs windows > 0 and a window length > 0");
-  if (total < len) fail(source, "the calibration text has ", total, " tokens, fewer than one window of ", len);
-  std::vector<int32_t> out;
-  out.reserve(size_t(n * len));
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t start = n > 1 ? i * (total - len) / (n - 1) : 0;
-    out.insert(out.end(), corpus.begin() + start, corpus.begin() + start + len);
-    if (bos >= 0) out[size_t(i * len)] = bos;
-  }
   return out;
 }
 
@@ -279,26 +255,25 @@ QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev
     if (files.empty())
       throw Error("no calibration text: pass --calib FILE... (the plan's methods optimal/gptq need statistics)");
     const auto tok = model_tokenizer(*m);
-    std::vector<int32_t> corpus;
-    for (const auto& f : files) {
-      const auto ids = tok->encode(read_file(f), false, false);
-      corpus.insert(corpus.end(), ids.begin(), ids.end());
-    }
     const std::string calib_sha = sha256_files(files);
     const int32_t bos = tok->add_bos_default() ? tok->bos() : -1;
-    const std::vector<int32_t> windows =
-        sample_windows_stand_in(corpus, o.calib_windows, o.calib_len, bos, files.size() == 1 ? files[0] : "calibration text");
-    info(cat("calibration: ", files.size(), " files, ", corpus.size(), " tokens; ", o.calib_windows, " windows of ",
+    // datasets/' rule (window_sampler.h): deterministic from the seed, evaluation text refused.
+    datasets::SampledWindows sampled =
+        datasets::sample_windows(*tok, files, size_t(o.calib_windows), size_t(o.calib_len), o.seed);
+    if (bos >= 0) sampled.begin_each_with(bos);
+    const std::vector<int32_t>& windows = sampled.ids;
+    info(cat("calibration: ", files.size(), " files, ", sampled.total_tokens, " tokens; ", o.calib_windows, " windows of ",
              o.calib_len, " tokens", rp.needs_gram() ? ", with Gram matrices" : ""));
     stage("tokenize calibration text");
     manifest["source"] = o.source;
     manifest["source_sha256"] = get_source_sha();
     manifest["calib_files"] = files;
     manifest["calib_sha256"] = calib_sha;
-    manifest["corpus_tokens"] = corpus.size();
+    manifest["corpus_tokens"] = sampled.total_tokens;
     manifest["windows"] = o.calib_windows;
     manifest["window_len"] = o.calib_len;
-    manifest["sampler"] = "evenly spaced starts (stand-in)";
+    manifest["sampler"] = "datasets/window_sampler.h (mt19937_64, uniform starts)";
+    manifest["seed"] = o.seed;
     manifest["bos"] = bos;
     manifest["rotation"] = rotation_json(o);
     manifest["gram"] = rp.needs_gram();

@@ -33,7 +33,7 @@ struct QuantizeOptions {
   std::vector<std::string> calib_files;  // empty: default_calib_files()
   int64_t calib_windows = 128, calib_len = 512;
   std::string stats_path;  // load when the file exists, else save there after calibrating
-  uint64_t seed = 0;       // rotation signs
+  uint64_t seed = 0;       // rotation signs and calibration windows (datasets::sample_windows)
   bool dry_run = false;    // resolve and report the plan, nothing else
 };
 
@@ -71,11 +71,5 @@ std::vector<std::string> default_calib_files();
 // type, 1-D tensors as stored. Tensors left as stored point into `src`, which must outlive the
 // model. Exposed so tests can check that the rotation changes nothing.
 std::unique_ptr<Model> working_model(const TensorSet& src, const ResolvedPlan& plan, const HadamardSpec* rotation);
-
-// Stand-in for datasets/'s sampler until it lands: n windows of len tokens at evenly spaced
-// starts over the corpus (deterministic, covers it end to end); the first token of each becomes
-// `bos` when bos >= 0 (as perplexity chunks do). Error when the corpus is shorter than len.
-std::vector<int32_t> sample_windows_stand_in(const std::vector<int32_t>& corpus, int64_t n, int64_t len, int32_t bos,
-                                             const std::string& source);
 
 }  // namespace bonsai::quant

@@ -1,5 +1,7 @@
 #include "support.h"
 
+#include <gtest/gtest.h>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +11,8 @@
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
+
+#include "formats/error.h"
 
 namespace bonsai::test {
 
@@ -60,6 +64,26 @@ int run_bonsai(const std::string& args, std::string* out) {
   while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out->append(buf.data(), n);
   const int st = ::pclose(p);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string expect_error(const std::function<void()>& f, const std::string& file) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no Error thrown (expected one naming " << file << ")";
+  return "";
 }
 
 }  // namespace bonsai::test

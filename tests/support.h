@@ -1,6 +1,7 @@
 // Where tests find their fixtures and scratch space.
 #pragma once
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,11 @@ std::vector<uint8_t> read_bytes(const std::filesystem::path& p);
 void write_bytes(const std::filesystem::path& p, const std::vector<uint8_t>& bytes);
 // Runs the bonsai binary with the given arguments; returns exit status, stdout+stderr in *out.
 int run_bonsai(const std::string& args, std::string* out);
+// Runs f; the message of the bonsai::Error it throws, or "" when it throws none.
+std::string error_of(const std::function<void()>& f);
+// Runs f, which must throw bonsai::Error whose message names `file` (a gtest failure otherwise);
+// returns the message, or "" when nothing was thrown.
+std::string expect_error(const std::function<void()>& f, const std::string& file);
 
 }  // namespace bonsai::test
 

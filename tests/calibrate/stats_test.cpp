@@ -23,14 +23,7 @@ std::vector<float> random_rows(int64_t n, int64_t cols, uint32_t seed) {
   return x;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 InputStats fresh(int64_t cols, bool gram) {
   InputStats s;

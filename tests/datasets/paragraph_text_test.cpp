@@ -92,12 +92,13 @@ TEST(ParagraphText, InvalidUtf8BecomesReplacementCharacters) {
 TEST(ParagraphText, CodePointsAreCounted) {
   EXPECT_EQ(count_code_points(""), 0u);
   EXPECT_EQ(count_code_points("a中𠀀"), 3u);
-  std::string s;
-  append_utf8(s, 0x20000);
-  append_utf8(s, 0x7F);
-  append_utf8(s, 0x80);
-  append_utf8(s, 0x800);
-  EXPECT_EQ(s, "𠀀\x7F\u0080\u0800");
+}
+
+TEST(ParagraphText, TrimDropsUnicodeWhitespaceAtTheEnds) {
+  EXPECT_EQ(trim(""), "");
+  EXPECT_EQ(trim(" \t\u3000 "), "");
+  EXPECT_EQ(trim("\u3000 中 文\u00A0\n"), "中 文");  // ideographic space and NBSP are whitespace
+  EXPECT_EQ(trim("a"), "a");
 }
 
 }  // namespace

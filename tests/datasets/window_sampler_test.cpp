@@ -77,8 +77,19 @@ TEST(WindowSampler, WindowsAreSlicesOfTheConcatenatedFiles) {
   // Same seed, same windows; another seed, other windows.
   EXPECT_EQ(sample_windows(qwen3(), files, 6, 8, 42).ids, w.ids);
   EXPECT_NE(sample_windows(qwen3(), files, 6, 8, 43).starts, w.starts);
-  // Too little text for one window.
-  EXPECT_THROW(sample_windows(qwen3(), files, 1, stream.size() + 1, 0), Error);
+  // BOS over each window's first id, the rest untouched.
+  auto with_bos = w;
+  with_bos.begin_each_with(-7);
+  for (size_t i = 0; i < w.ids.size(); ++i) EXPECT_EQ(with_bos.ids[i], i % 8 == 0 ? -7 : w.ids[i]) << i;
+  // Too little text for one window: the error names the files and both counts.
+  try {
+    sample_windows(qwen3(), files, 1, stream.size() + 1, 0);
+    ADD_FAILURE() << "a window longer than the text was accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(files[0]), std::string::npos) << m;
+    EXPECT_NE(m.find(std::to_string(stream.size()) + " tokens"), std::string::npos) << m;
+  }
 }
 
 TEST(WindowSampler, EvaluationTextIsRefused) {

@@ -185,14 +185,7 @@ void overwrite(const fs::path& p, const Bytes& b) {
   if (!f) throw std::runtime_error("cannot patch " + p.string());
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 std::string read_error(const fs::path& p, bool verify = true) {
   return error_of([&] { read_bonsai(p.string(), {verify}); });

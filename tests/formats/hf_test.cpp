@@ -15,18 +15,8 @@ namespace bonsai {
 namespace {
 
 using nlohmann::json;
+using test::expect_error;
 using test::StTensor;
-
-std::string expect_error(const std::function<void()>& f, const std::string& file) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no Error thrown (expected one naming " << file << ")";
-  return "";
-}
 
 void write_json(const std::filesystem::path& p, const json& j) {
   const std::string s = j.dump(2);

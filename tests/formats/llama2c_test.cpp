@@ -13,16 +13,7 @@
 namespace bonsai {
 namespace {
 
-std::string expect_error(const std::function<void()>& f, const std::string& file) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no Error thrown (expected one naming " << file << ")";
-  return "";
-}
+using test::expect_error;
 
 void put_i32(std::vector<uint8_t>& out, int32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(uint8_t(uint32_t(v) >> (8 * i)));

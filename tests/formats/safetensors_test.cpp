@@ -25,17 +25,7 @@ uint64_t u64le(const uint8_t* p) {
   return v;
 }
 
-// Runs f, which must throw bonsai::Error naming `file`; returns the message.
-std::string expect_error(const std::function<void()>& f, const std::string& file) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no Error thrown (expected one naming " << file << ")";
-  return "";
-}
+using test::expect_error;
 
 // A valid three-tensor file (F32, F16, BF16) used by the damage tests.
 std::vector<uint8_t> small_file(uint64_t* header_bytes = nullptr) {

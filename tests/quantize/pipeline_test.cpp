@@ -47,27 +47,6 @@ PerplexityResult ppl(const Model& m, int64_t ctx, int64_t chunks) {
 
 }  // namespace
 
-TEST(Windows, EvenlySpacedWithBos) {
-  std::vector<int32_t> corpus(1000);
-  for (int i = 0; i < 1000; ++i) corpus[size_t(i)] = i;
-  const auto w = sample_windows_stand_in(corpus, 4, 10, -1, "c");
-  ASSERT_EQ(w.size(), 40u);
-  EXPECT_EQ(w[0], 0);
-  EXPECT_EQ(w[10], 330);
-  EXPECT_EQ(w[30], 990);  // the last window ends at the corpus end
-  EXPECT_EQ(w[39], 999);
-  const auto b = sample_windows_stand_in(corpus, 4, 10, 7, "c");
-  EXPECT_EQ(b[10], 7);
-  EXPECT_EQ(b[11], 331);
-  EXPECT_EQ(sample_windows_stand_in(corpus, 1, 1000, -1, "c"), corpus);
-  try {
-    sample_windows_stand_in(corpus, 2, 1001, -1, "calib.txt");
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("calib.txt: the calibration text has 1000 tokens"), std::string::npos) << e.what();
-  }
-}
-
 TEST(WorkingModel, RotationLeavesPerplexityUnchanged) {
   BONSAI_REQUIRE_SHARED(kModel);
   const TensorSet src = open_model(test::shared_file(kModel).string());

@@ -36,14 +36,7 @@ std::vector<Tensor> zh_tiny_tensors(int64_t n_layer = 6) {
   return out;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 std::string write_plan(const std::string& name, const std::string& text) {
   const auto p = test::scratch_dir() / name;

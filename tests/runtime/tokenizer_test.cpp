@@ -14,6 +14,7 @@
 #include "formats/error.h"
 #include "formats/gguf.h"
 #include "formats/hf_model.h"
+#include "runtime/byte_unicode.h"
 #include "runtime/tokenizer.h"
 #include "support.h"
 
@@ -93,6 +94,16 @@ void expect_vectors(const Tokenizer& tok, const std::string& inp, const std::str
     // Every case is NFC, so the text comes back byte for byte.
     EXPECT_EQ(tok.decode(tok.encode(cases[i], false, false)), cases[i]) << "case " << i;
   }
+}
+
+TEST(ByteUnicode, Utf8OfEachLength) {
+  // Each encoding length at its first code point, and the last code point of the 1-byte range.
+  std::string s;
+  for (uint32_t cp : {0x20000u, 0x7Fu, 0x80u, 0x800u, 0x10FFFFu}) append_utf8(s, cp);
+  EXPECT_EQ(s, "𠀀\x7F\u0080\u0800\U0010FFFF");
+  size_t i = 0;
+  for (int32_t cp : {0x20000, 0x7F, 0x80, 0x800, 0x10FFFF}) EXPECT_EQ(next_codepoint(s, i), cp);
+  EXPECT_EQ(i, s.size());
 }
 
 TEST(HfTokenizer, Qwen3KeysAsConvertHfToGguf) {
