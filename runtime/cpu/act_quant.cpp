@@ -12,6 +12,11 @@ namespace {
 // Position -> element maps, one per unpacking scheme of kernels_avx2.cpp (derivations there).
 int identity(int p) { return p; }
 
+// Base-3 types (TQ1_0, PTQ1_0): digit registers of 16 lanes hold elements 16r..16r+15 in order;
+// packing two of them into 32 bytes interleaves their 8-lane halves, i.e. swaps bits 3 and 4 of
+// the offset within each 32.
+int base3_packed(int p) { return (p & ~24) | ((p & 8) << 1) | ((p & 16) >> 1); }
+
 // 2-bit types with element j at bits 2*(j%4) of byte j/4 (PQ2_0, Q2_0): bit plane n of the
 // block's B bytes is one run of B positions; position B*n + m is element 4m + n.
 template <int B>
@@ -27,8 +32,12 @@ constexpr ActLayout kQ1_0{QK1_0, 1, q1_planes};
 constexpr ActLayout kQ2_0{QK2_0, 1, two_bit_planes<QK2_0 / 4>};
 constexpr ActLayout kPQ2_0{QK_PQ2_0, 1, two_bit_planes<QK_PQ2_0 / 4>};
 constexpr ActLayout kTQ2_0{QK_K, 1, identity};
-constexpr ActLayout kTQ1_0{QK_K, 1, identity};
-constexpr ActLayout kPTQ1_0{QK_PTQ1_0, 1, identity};
+constexpr ActLayout kTQ1_0{QK_K, 1, base3_packed};
+constexpr ActLayout kPTQ1_0{QK_PTQ1_0, 1, base3_packed};
+
+// quantize_act keeps one block of values on the stack.
+static_assert(QK_K >= QK8_0 && QK_K >= QK4_0 && QK_K >= QK1_0 && QK_K >= QK2_0 && QK_K >= QK_PQ2_0 &&
+              QK_K >= QK_PTQ1_0, "a layout's block is larger than quantize_act's buffer");
 
 }  // namespace
 

@@ -37,113 +37,79 @@ inline float hsum(__m256 v) {
 
 inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline __m256i bcast16(const void* p) {
-  return _mm256_broadcastsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(p)));
-}
 inline __m256i both_halves(__m128i lo, __m128i hi) { return _mm256_set_m128i(hi, lo); }
 
 // ---- unpackers: K::codes(block, c) fills c[K::kSub] with 32 codes each, in position order ----
 
-// Base-3 digits (spec §1.5): digit n of byte b is floor(3x/256) with x = b * 3^n mod 256, i.e.
-// 0 for x <= 85, 1 for 86..170, 2 for x >= 171. All in bytes, 32 at a time, without multiplies
-// (AVX2 has no byte multiply; the 16-bit ones compete with the dot products' maddubs for the
-// same port): x * 3 mod 256 is x + x + x in byte lanes, and the thresholds are two compares.
-// The compares are signed, so lanes hold r = x ^ 0x80 = x + 128 (mod 256) throughout: 3r =
-// 3x + 384 = 3x + 128 (mod 256), so the biased form survives the multiply and needs one xor per
-// source register.
-inline __m256i biased(__m256i x) { return _mm256_xor_si256(x, _mm256_set1_epi8(char(0x80))); }
-inline __m256i times3(__m256i r) { return _mm256_add_epi8(r, _mm256_add_epi8(r, r)); }
-// r + 8r: the 16-bit shift carries three bits of each low byte into its neighbour; the mask drops
-// them. 9 * 128 = 128 (mod 256), so the bias survives this too.
-inline __m256i times9(__m256i r) {
-  return _mm256_add_epi8(r, _mm256_and_si256(_mm256_slli_epi16(r, 3), _mm256_set1_epi8(char(0xf8))));
+// Base-3 digits (spec §1.5): digit n of byte b is ((b * 3^n) mod 256) * 3 >> 8. With b in a 16-bit
+// lane, mullo by 3^n << 8 leaves (b * 3^n mod 256) << 8, and mulhi_epu16 by 3 is the "* 3 >> 8".
+// `mul` holds 3^n << 8 per lane, so one register can take different digits in different lanes.
+// The empty asm hides the constant from GCC, which would otherwise expand each multiply into a
+// chain of shifts and adds (measurably slower on PTQ1_0); the constants still get hoisted.
+inline __m256i trits(__m256i b16, __m256i mul) {
+  asm("" : "+x"(mul));
+  return _mm256_mulhi_epu16(_mm256_mullo_epi16(b16, mul), _mm256_set1_epi16(3));
 }
-// t86, t171: the thresholds, biased (Thresholds below).
-inline __m256i digit(__m256i r, __m256i t86, __m256i t171) {
-  return _mm256_sub_epi8(_mm256_sub_epi8(_mm256_setzero_si256(), _mm256_cmpgt_epi8(r, t86)),
-                         _mm256_cmpgt_epi8(r, t171));
+inline __m256i pow3(int n) {
+  constexpr short p[5] = {1, 3, 9, 27, 81};
+  return _mm256_set1_epi16(short(p[n] << 8));
 }
-// The empty asm hides the constants from GCC, which would otherwise turn one of the compares
-// into a min + compare-equal pair (measurably slower).
-struct Thresholds {
-  __m256i t86 = _mm256_set1_epi8(85 - 128), t171 = _mm256_set1_epi8(170 - 128);
-  Thresholds() { asm("" : "+x"(t86), "+x"(t171)); }
-  __m256i operator()(__m256i r) const { return digit(r, t86, t171); }
-};
-// The five powers r * 3^n of one source register.
-struct Powers {
-  __m256i p[5];
-  explicit Powers(__m256i r) {
-    p[0] = r;
-    for (int n = 1; n < 5; ++n) p[n] = times3(p[n - 1]);
-  }
-};
-// Low 128 bits of a, then low 128 bits of b (or high of a / high of b).
-inline __m256i lows(__m256i a, __m256i b) { return _mm256_permute2x128_si256(a, b, 0x20); }
-inline __m256i highs(__m256i a, __m256i b) { return _mm256_permute2x128_si256(a, b, 0x31); }
+// Two registers of 16 digits -> 32 bytes. packus works per 128-bit half, so bytes 0..7 come from
+// a's lanes 0..7, 8..15 from b's lanes 0..7, 16..23 from a's 8..15, 24..31 from b's 8..15: with a
+// holding elements e..e+15 and b e+16..e+31, bits 3 and 4 of the offset swap (base3_packed).
+inline __m256i pack(__m256i a, __m256i b) { return _mm256_packus_epi16(a, b); }
 
 // PTQ1_0: qs[0..15] is a 16-byte stage (digit n of byte m: element 16n+m), qs[16..23] an 8-byte
 // stage (digit n of byte m: 80+8n+m), qh[0..1] four digits each (digit n of byte h: 120+2n+h).
-// One source register U = [a | s8, qh0 qh1 x4] (a = qs[0..15], s8 = qs[16..23]) and its powers
-// P_n = U * 3^n give every digit; code registers take 128-bit halves of them, in element order:
-//   0: low halves of P0 | P1 (a, digits 0 | 1: elements 0..31)
-//   1: low halves of P2 | P3 (a, digits 2 | 3: 32..63)
-//   2: low half of P4 (a, digit 4: 64..79) | high halves of P0, P1 with s8 (digits 0, 1: 80..95)
-//   3: s8 of P2, P3 (digits 2, 3: 96..111) | s8 of P4 (digit 4: 112..119), then the 16-bit lanes
-//      holding qh0,qh1 taken from P0..P3 (digits 0..3: 120..127).
-// N blocks are unpacked step by step side by side: the chain of a single block is long, and
-// interleaving two measured faster than leaving the overlap to the out-of-order core.
+// Digit registers D0..D7 of 16 lanes hold elements 16r..16r+15 in order:
+//   D0..D4: the 16-byte stage, digits 0..4;
+//   D5: stage-8 bytes twice, digits 0 | 1     (80..87, 88..95);
+//   D6: stage-8 bytes twice, digits 2 | 3     (96..103, 104..111);
+//   D7: stage-8 digit 4, then qh0,qh1 repeated with digits 0,0,1,1,2,2,3,3 (112..119, 120..127).
 struct KPTQ1 {
   using Block = block_ptq1_0;
   static constexpr int kSub = 4;
   static constexpr bool kSigned = false;
-  template <int N>
-  static void codes_n(const Block* b, __m256i (*c)[4]) {
-    const Thresholds digit;
-    __m256i p[5][N];
-    for (int k = 0; k < N; ++k) {
-      uint16_t qh;
-      std::memcpy(&qh, b[k].qh, 2);
-      const __m128i s8 = _mm_unpackhi_epi64(load16(b[k].qs + 8), _mm_set1_epi16(short(qh)));
-      p[0][k] = biased(both_halves(load16(b[k].qs), s8));
-    }
-    for (int n = 1; n < 5; ++n)
-      for (int k = 0; k < N; ++k) p[n][k] = times3(p[n - 1][k]);
-    for (int k = 0; k < N; ++k) {
-      const __m256i qh01 = _mm256_blend_epi16(p[0][k], p[1][k], 0x20);  // word 4: qh*1, word 5: qh*3
-      const __m256i qh23 = _mm256_blend_epi16(p[2][k], p[3][k], 0x80);  // word 6: qh*9, word 7: qh*27
-      const __m256i h = _mm256_blend_epi16(p[4][k], _mm256_blend_epi16(qh01, qh23, 0xc0), 0xf0);
-      c[k][0] = digit(lows(p[0][k], p[1][k]));
-      c[k][1] = digit(lows(p[2][k], p[3][k]));
-      c[k][2] = digit(_mm256_blend_epi32(p[4][k], _mm256_unpacklo_epi64(p[0][k], p[1][k]), 0xf0));
-      c[k][3] = digit(highs(_mm256_unpacklo_epi64(p[2][k], p[3][k]), h));
-    }
+  static void codes(const Block& b, __m256i* c) {
+    const __m128i hi = load16(b.qs + 8);  // qs[8..23], i.e. stage-8 bytes at 8..15 (whole block: 28 B)
+    const __m128i h2 = _mm_loadu_si16(b.qh);
+    const __m256i a = _mm256_cvtepu8_epi16(load16(b.qs));
+    const __m256i bb = _mm256_cvtepu8_epi16(_mm_unpackhi_epi64(hi, hi));
+    // stage-8 bytes then qh0,qh1 four times
+    const __m256i bh = _mm256_cvtepu8_epi16(_mm_unpackhi_epi64(hi, _mm_shuffle_epi8(h2, _mm_set1_epi16(0x0100))));
+    c[0] = pack(trits(a, pow3(0)), trits(a, pow3(1)));
+    c[1] = pack(trits(a, pow3(2)), trits(a, pow3(3)));
+    c[2] = pack(trits(a, pow3(4)), trits(bb, both_halves(_mm_set1_epi16(1 << 8), _mm_set1_epi16(3 << 8))));
+    c[3] = pack(trits(bb, both_halves(_mm_set1_epi16(9 << 8), _mm_set1_epi16(27 << 8))),
+                trits(bh, _mm256_setr_epi16(81 << 8, 81 << 8, 81 << 8, 81 << 8, 81 << 8, 81 << 8, 81 << 8,
+                                            81 << 8, 1 << 8, 1 << 8, 3 << 8, 3 << 8, 9 << 8, 9 << 8, 27 << 8,
+                                            27 << 8)));
   }
-  static void codes(const Block& b, __m256i* c) { codes_n<1>(&b, reinterpret_cast<__m256i(*)[4]>(c)); }
 };
 
-// TQ1_0: a 32-byte stage (digit n of byte m: element 32n+m) is one source register whose five
-// powers are elements 0..159; then a 16-byte stage (160+16n+m) and qh[4] (digit n of byte h:
-// 240+4n+h), held as the low and high half of a second source with qh0..3 four times, whose
-// 32-bit lanes 4..7 taken from U*3^0..3^3 are elements 240..255 in order.
+// TQ1_0: a 32-byte stage (digit n of byte m: element 32n+m), a 16-byte stage (160+16n+m), qh[4]
+// (digit n of byte h: 240+4n+h). Digit registers D0..D15 hold elements 16r..16r+15 in order:
+// D(2n), D(2n+1) = digit n of stage-32 bytes 0..15, 16..31; D(10+n) = digit n of the 16-byte
+// stage; D15 = qh0..3 repeated four times with digits 0,1,2,3.
 struct KTQ1 {
   using Block = block_tq1_0;
   static constexpr int kSub = 8;
   static constexpr bool kSigned = false;
   static void codes(const Block& b, __m256i* c) {
-    const Thresholds digit;
-    const Powers s(biased(load32(b.qs)));
-    for (int n = 0; n < 5; ++n) c[n] = digit(s.p[n]);
+    const __m256i s32 = load32(b.qs);
+    const __m256i lo = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(s32));
+    const __m256i hi = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(s32, 1));
+    const __m256i s16 = _mm256_cvtepu8_epi16(load16(b.qs + 32));
     int32_t qh;
     std::memcpy(&qh, b.qh, 4);
-    const Powers u(biased(both_halves(load16(b.qs + 32), _mm_set1_epi32(qh))));
-    const __m256i* p = u.p;
-    c[5] = digit(lows(p[0], p[1]));  // 160..191
-    c[6] = digit(lows(p[2], p[3]));  // 192..223
-    __m256i h = _mm256_blend_epi32(p[0], p[1], 0x20);
-    h = _mm256_blend_epi32(h, p[2], 0x40);
-    h = _mm256_blend_epi32(h, p[3], 0x80);
-    c[7] = digit(_mm256_permute2x128_si256(p[4], h, 0x30));  // 224..239, 240..255
+    const __m256i h = _mm256_cvtepu8_epi16(_mm_set1_epi32(qh));
+    for (int n = 0; n < 5; ++n) c[n] = pack(trits(lo, pow3(n)), trits(hi, pow3(n)));
+    c[5] = pack(trits(s16, pow3(0)), trits(s16, pow3(1)));
+    c[6] = pack(trits(s16, pow3(2)), trits(s16, pow3(3)));
+    c[7] = pack(trits(s16, pow3(4)),
+                trits(h, both_halves(_mm_setr_epi16(1 << 8, 1 << 8, 1 << 8, 1 << 8, 3 << 8, 3 << 8, 3 << 8, 3 << 8),
+                                     _mm_setr_epi16(9 << 8, 9 << 8, 9 << 8, 9 << 8, 27 << 8, 27 << 8, 27 << 8,
+                                                    27 << 8))));
   }
 };
 
@@ -259,7 +225,9 @@ void dot_q8(const uint8_t* row, int64_t nb, const ActView& a, int64_t t0, float*
     for (int u = 0; u < kAcc; ++u) acc[u][t] = _mm256_setzero_ps();
     c[t] = 0.0f;
   }
-  auto dot_block = [&](int64_t i, const __m256i* codes, __m256* acc_u) {
+  auto block = [&](int64_t i, __m256* acc_u) {
+    __m256i codes[K::kSub];
+    K::codes(w[i], codes);
     const float dw = _cvtsh_ss(w[i].d);
     for (int t = 0; t < T; ++t) {
       const int8_t* qi = q[t] + i * kQK;
@@ -271,25 +239,9 @@ void dot_q8(const uint8_t* row, int64_t nb, const ActView& a, int64_t t0, float*
     }
   };
   int64_t i = 0;
-  if constexpr (requires { K::template codes_n<2>(w, nullptr); }) {
-    for (; i + 2 <= nb; i += 2) {  // two blocks unpacked side by side (see KPTQ1)
-      __m256i codes[2][K::kSub];
-      K::template codes_n<2>(w + i, codes);
-      dot_block(i, codes[0], acc[0]);
-      dot_block(i + 1, codes[1], acc[0]);
-    }
-  }
   for (; i + kAcc <= nb; i += kAcc)
-    for (int u = 0; u < kAcc; ++u) {
-      __m256i codes[K::kSub];
-      K::codes(w[i + u], codes);
-      dot_block(i + u, codes, acc[u]);
-    }
-  for (; i < nb; ++i) {
-    __m256i codes[K::kSub];
-    K::codes(w[i], codes);
-    dot_block(i, codes, acc[0]);
-  }
+    for (int u = 0; u < kAcc; ++u) block(i + u, acc[u]);
+  for (; i < nb; ++i) block(i, acc[0]);
   for (int u = 1; u < kAcc; ++u)
     for (int t = 0; t < T; ++t) acc[0][t] = _mm256_add_ps(acc[0][t], acc[u][t]);
   for (int t = 0; t < T; ++t) out[t] = hsum(acc[0][t]) - c[t];
