@@ -6,6 +6,7 @@
 #
 # Usage: scripts/bench_cpu.sh [OUT_DIR]
 #   env: SIZE=1.7b TYPES="ptq1_0 pq2_0 tq2_0 q8_0 f16" REPS=3 THREADS=$(nproc) LLAMA_BENCH=path
+#        TABLE_ONLY=1 (no runs: table.md again from OUT_DIR's JSON)
 # Writes OUT_DIR/bench.txt (every command, the load average before and after it, its raw output)
 # and OUT_DIR/table.md (the side-by-side table; docs/benchmarks.md quotes it). Models are
 # synthesized into OUT_DIR once and reused. The machine should be otherwise idle: the load
@@ -30,7 +31,7 @@ git diff --quiet HEAD -- . 2>/dev/null || commit="$commit (plus uncommitted chan
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
 flags=$(grep -m1 '^flags' /proc/cpuinfo | grep -o -w -E 'avx2|avx512f|fma|f16c' | sort -u | xargs)
 header="commit $commit, $(date -u +%FT%TZ), $cpu ($flags), $(nproc) cores, $threads threads, reps $reps"
-echo "# $header" | tee "$log"
+[ -n "${TABLE_ONLY:-}" ] && header=$(head -1 "$log" | sed 's/^# //') || echo "# $header" | tee "$log"
 
 # run NAME CMD...: logs the command and the load average around it; stdout goes to $out/NAME.
 run() {
@@ -46,6 +47,7 @@ run() {
 }
 
 for t in $types; do
+  [ -n "${TABLE_ONLY:-}" ] && break  # only rewrite table.md from the JSON already in OUT_DIR
   f="$out/qwen3-$size-$t.gguf"
   [ -f "$f" ] || $bonsai synth --size "$size" --type "$t" --tokenizer "$shared/tokenizers/qwen3/tokenizer.json" -o "$f" \
     -t "$threads" 2>>"$out/synth.log"
