@@ -10,7 +10,9 @@
 # Writes OUT_DIR/bench.txt (every command, the load average before and after it, its raw output)
 # and OUT_DIR/table.md (the side-by-side table; docs/benchmarks.md quotes it). Models are
 # synthesized into OUT_DIR once and reused. The machine should be otherwise idle: the load
-# average printed next to every run says whether it was.
+# average printed next to every run says whether it was. On a loaded machine OMP_WAIT_POLICY=passive
+# (applies to both programs, both use OpenMP) keeps threads that wait at a barrier from spinning
+# away the core the late thread needs; the header records it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/bonsai-bench}
@@ -30,7 +32,7 @@ commit=$(git rev-parse --short HEAD)
 git diff --quiet HEAD -- . 2>/dev/null || commit="$commit (plus uncommitted changes)"
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
 flags=$(grep -m1 '^flags' /proc/cpuinfo | grep -o -w -E 'avx2|avx512f|fma|f16c' | sort -u | xargs)
-header="commit $commit, $(date -u +%FT%TZ), $cpu ($flags), $(nproc) cores, $threads threads, reps $reps"
+header="commit $commit, $(date -u +%FT%TZ), $cpu ($flags), $(nproc) cores, $threads threads, reps $reps, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}"
 [ -n "${TABLE_ONLY:-}" ] && header=$(head -1 "$log" | sed 's/^# //') || echo "# $header" | tee "$log"
 
 # run NAME CMD...: logs the command and the load average around it; stdout goes to $out/NAME.
@@ -71,6 +73,10 @@ fmt() { jq -r "$1" "$2" 2>/dev/null || true; }
   for t in $types; do
     b="$out/bonsai-$t.json"
     l="$out/llama-$t.json"
+    if ! jq -e .tg_tps "$b" >/dev/null 2>&1; then
+      echo "| $(echo "$t" | tr a-z A-Z) | not measured (run interrupted or failed) | | | | | | | | | |"
+      continue
+    fi
     pp=$(fmt '"\(.pp_tps*100|round/100) ± \(.pp_sd*100|round/100)"' "$b")
     tg=$(fmt '"\(.tg_tps*100|round/100) ± \(.tg_sd*100|round/100)"' "$b")
     mb=$(fmt '.bytes_per_token/1e6*10|round/10' "$b")
