@@ -73,7 +73,7 @@ fmt() { jq -r "$1" "$2" 2>/dev/null || true; }
   for t in $types; do
     b="$out/bonsai-$t.json"
     l="$out/llama-$t.json"
-    if ! jq -e .tg_tps "$b" >/dev/null 2>&1; then
+    if ! { [ -s "$b" ] && jq -e .tg_tps "$b" >/dev/null 2>&1; }; then
       echo "| $(echo "$t" | tr a-z A-Z) | not measured (run interrupted or failed) | | | | | | | | | |"
       continue
     fi
@@ -82,20 +82,20 @@ fmt() { jq -r "$1" "$2" 2>/dev/null || true; }
     mb=$(fmt '.bytes_per_token/1e6*10|round/10' "$b")
     bw=$(fmt '.bandwidth_gbs*100|round/100' "$b")
     pct=$(fmt '.roofline_pct*10|round/10' "$b")
-    lb=$(grep -m1 "^## bonsai-$t.json: load before" "$log" | sed 's/.*load before //' | cut -d' ' -f1)
+    lb=$(grep -m1 "^## bonsai-$t.json: load before" "$log" | sed 's/.*load before //' | cut -d' ' -f1 || true)
     if [ -n "${LLAMA_BENCH:-}" ] && [ -s "$l" ] && jq -e 'length > 0' "$l" >/dev/null 2>&1; then
       lpp=$(jq -r ".[] | select(.n_prompt == $np and .n_gen == 0) | \"\(.avg_ts*100|round/100) ± \(.stddev_ts*100|round/100)\"" "$l")
       ltg=$(jq -r ".[] | select(.n_gen == $ng and .n_prompt == 0) | \"\(.avg_ts*100|round/100) ± \(.stddev_ts*100|round/100)\"" "$l")
       rpp=$(jq -r --slurpfile b "$b" ".[] | select(.n_prompt == $np and .n_gen == 0) | \$b[0].pp_tps / .avg_ts * 100 | round / 100" "$l")
       rtg=$(jq -r --slurpfile b "$b" ".[] | select(.n_gen == $ng and .n_prompt == 0) | \$b[0].tg_tps / .avg_ts * 100 | round / 100" "$l")
-      ll=$(grep -m1 "^## llama-$t.json: load before" "$log" | sed 's/.*load before //' | cut -d' ' -f1)
+      ll=$(grep -m1 "^## llama-$t.json: load before" "$log" | sed 's/.*load before //' | cut -d' ' -f1 || true)
     elif [ -n "${LLAMA_BENCH:-}" ]; then
       why=$(sed -e 's/^[a-z_]*: //' "$out/llama-$t.why" 2>/dev/null | cut -c1-90 | tr '|' '/' || true)
       lpp="cannot load (${why:-no output})"
       ltg="—"
       rpp="—"
       rtg="—"
-      ll=$(grep -m1 "^## llama-$t.json: load before" "$log" | sed 's/.*load before //' | cut -d' ' -f1)
+      ll=$(grep -m1 "^## llama-$t.json: load before" "$log" | sed 's/.*load before //' | cut -d' ' -f1 || true)
     else
       lpp="not run"; ltg="—"; rpp="—"; rtg="—"; ll="—"
     fi
