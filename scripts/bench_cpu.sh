@@ -89,6 +89,8 @@ fmt() { jq -r "$1" "$2" 2>/dev/null || true; }
       rpp=$(jq -r --slurpfile b "$b" ".[] | select(.n_prompt == $np and .n_gen == 0) | \$b[0].pp_tps / .avg_ts * 100 | round / 100" "$l")
       rtg=$(jq -r --slurpfile b "$b" ".[] | select(.n_gen == $ng and .n_prompt == 0) | \$b[0].tg_tps / .avg_ts * 100 | round / 100" "$l")
       ll=$(grep -m1 "^## llama-$t.json: load before" "$log" | sed 's/.*load before //' | cut -d' ' -f1 || true)
+    elif [ -n "${LLAMA_BENCH:-}" ] && ! grep -q "^## llama-$t.json: exit" "$log"; then
+      lpp="not measured (run interrupted or still running)"; ltg="—"; rpp="—"; rtg="—"; ll="—"
     elif [ -n "${LLAMA_BENCH:-}" ]; then
       why=$(sed -e 's/^[a-z_]*: //' "$out/llama-$t.why" 2>/dev/null | cut -c1-90 | tr '|' '/' || true)
       lpp="cannot load (${why:-no output})"
