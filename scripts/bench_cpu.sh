@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
-# CPU speed benchmark (not a test): synthetic Qwen3-1.7B in several weight types, measured with
-# `bonsai bench` (pp512, tg128, bandwidth roofline) and, when LLAMA_BENCH points at llama.cpp's
-# llama-bench, with llama.cpp on the same files in the same run (types llama.cpp knows).
-# Usage: scripts/bench_cpu.sh [OUT_DIR]   (env: SIZE=1.7b TYPES="ptq1_0 ..." REPS=3 THREADS=2)
+# CPU speed benchmark (not a test): synthetic Qwen3 models in several weight types, measured with
+# `bonsai bench` (pp, tg, bytes per token, bandwidth measured in the same run, roofline %) and,
+# when LLAMA_BENCH points at llama.cpp's llama-bench, with llama.cpp on the same files right after
+# (a type llama.cpp cannot load gets its error in the table instead of numbers).
+#
+# Usage: scripts/bench_cpu.sh [OUT_DIR]
+#   env: SIZE=1.7b TYPES="ptq1_0 pq2_0 tq2_0 q8_0 f16" REPS=3 THREADS=$(nproc) LLAMA_BENCH=path
+#        TABLE_ONLY=1 (no runs: table.md again from OUT_DIR's JSON)
+# Writes OUT_DIR/bench.txt (every command, the load average before and after it, its raw output)
+# and OUT_DIR/table.md (the side-by-side table; docs/benchmarks.md quotes it). Models are
+# synthesized into OUT_DIR once and reused. The machine should be otherwise idle: the load
+# average printed next to every run says whether it was. On a loaded machine OMP_WAIT_POLICY=passive
+# (applies to both programs, both use OpenMP) keeps threads that wait at a barrier from spinning
+# away the core the late thread needs; the header records it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/bonsai-bench}
@@ -12,16 +22,95 @@ reps=${REPS:-3}
 threads=${THREADS:-$(nproc)}
 shared=${BONSAI_SHARED_DIR:-../shared}
 bonsai=build/cli/bonsai
+np=512
+ng=128
 mkdir -p "$out"
-echo "# commit $(git rev-parse --short HEAD), $(date -u +%FT%TZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, threads $threads" | tee "$out/bench.txt"
+log="$out/bench.txt"
+table="$out/table.md"
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+commit=$(git rev-parse --short HEAD)
+git diff --quiet HEAD -- . 2>/dev/null || commit="$commit (plus uncommitted changes)"
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
+flags=$(grep -m1 '^flags' /proc/cpuinfo | grep -o -w -E 'avx2|avx512f|fma|f16c' | sort -u | xargs)
+header="commit $commit, $(date -u +%FT%TZ), $cpu ($flags), $(nproc) cores, $threads threads, reps $reps, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}"
+[ -n "${TABLE_ONLY:-}" ] && header=$(head -1 "$log" | sed 's/^# //') || echo "# $header" | tee "$log"
+
+# run NAME CMD...: logs the command and the load average around it; stdout goes to $out/NAME.
+run() {
+  local name=$1
+  shift
+  echo "## $name: load before $(load)" >>"$log"
+  echo "\$ $*" >>"$log"
+  local rc=0
+  "$@" >"$out/$name" 2>"$out/$name.err" || rc=$?
+  cat "$out/$name" >>"$log"
+  echo "## $name: exit $rc, load after $(load)" | tee -a "$log"
+  return 0
+}
+
 for t in $types; do
+  [ -n "${TABLE_ONLY:-}" ] && break  # only rewrite table.md from the JSON already in OUT_DIR
   f="$out/qwen3-$size-$t.gguf"
-  [ -f "$f" ] || $bonsai synth --size "$size" --type "$t" --tokenizer "$shared/tokenizers/qwen3/tokenizer.json" -o "$f" -t "$threads"
-  echo "## bonsai $t" | tee -a "$out/bench.txt"
-  $bonsai bench -m "$f" -p 512 -n 128 -r "$reps" -t "$threads" --json | tee -a "$out/bench.txt"
+  [ -f "$f" ] || $bonsai synth --size "$size" --type "$t" --tokenizer "$shared/tokenizers/qwen3/tokenizer.json" -o "$f" \
+    -t "$threads" 2>>"$out/synth.log"
+  run "bonsai-$t.json" $bonsai bench -m "$f" -p $np -n $ng -r "$reps" -t "$threads" --json
   if [ -n "${LLAMA_BENCH:-}" ]; then
-    echo "## llama.cpp $t" | tee -a "$out/bench.txt"
-    "$LLAMA_BENCH" -m "$f" -p 512 -n 128 -r "$reps" -t "$threads" -o json 2>/dev/null | tr -d '\n' | tee -a "$out/bench.txt" || echo "(llama.cpp cannot load $t)" | tee -a "$out/bench.txt"
-    echo | tee -a "$out/bench.txt"
+    run "llama-$t.json" "$LLAMA_BENCH" -m "$f" -p $np -n $ng -r "$reps" -t "$threads" -o json
+    # llama-bench hides the loader's reason unless verbose: ask again for it when it failed.
+    jq -e 'length > 0' "$out/llama-$t.json" >/dev/null 2>&1 ||
+      "$LLAMA_BENCH" -m "$f" -p 1 -n 1 -r 1 -v 2>&1 | grep -m1 -E 'invalid ggml type|error loading model' \
+        >"$out/llama-$t.why" || true
   fi
 done
+
+# ---- the table ----
+fmt() { jq -r "$1" "$2" 2>/dev/null || true; }
+{
+  echo "$header"
+  echo
+  echo "| type | pp$np t/s | tg$ng t/s | MB/token | bandwidth GB/s | tg % of roofline | llama.cpp pp$np t/s | llama.cpp tg$ng t/s | pp ratio | tg ratio | load avg before bonsai / llama.cpp |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|"
+  for t in $types; do
+    b="$out/bonsai-$t.json"
+    l="$out/llama-$t.json"
+    if ! { [ -s "$b" ] && jq -e .tg_tps "$b" >/dev/null 2>&1; }; then
+      echo "| $(echo "$t" | tr a-z A-Z) | not measured (run interrupted or failed) | | | | | | | | | |"
+      continue
+    fi
+    pp=$(fmt '"\(.pp_tps*100|round/100) ± \(.pp_sd*100|round/100)"' "$b")
+    tg=$(fmt '"\(.tg_tps*100|round/100) ± \(.tg_sd*100|round/100)"' "$b")
+    mb=$(fmt '.bytes_per_token/1e6*10|round/10' "$b")
+    bw=$(fmt '.bandwidth_gbs*100|round/100' "$b")
+    pct=$(fmt '.roofline_pct*10|round/10' "$b")
+    lb=$(grep -m1 "^## bonsai-$t.json: load before" "$log" | sed 's/.*load before //' | cut -d' ' -f1 || true)
+    if [ -n "${LLAMA_BENCH:-}" ] && [ -s "$l" ] && jq -e 'length > 0' "$l" >/dev/null 2>&1; then
+      lpp=$(jq -r ".[] | select(.n_prompt == $np and .n_gen == 0) | \"\(.avg_ts*100|round/100) ± \(.stddev_ts*100|round/100)\"" "$l")
+      ltg=$(jq -r ".[] | select(.n_gen == $ng and .n_prompt == 0) | \"\(.avg_ts*100|round/100) ± \(.stddev_ts*100|round/100)\"" "$l")
+      rpp=$(jq -r --slurpfile b "$b" ".[] | select(.n_prompt == $np and .n_gen == 0) | \$b[0].pp_tps / .avg_ts * 100 | round / 100" "$l")
+      rtg=$(jq -r --slurpfile b "$b" ".[] | select(.n_gen == $ng and .n_prompt == 0) | \$b[0].tg_tps / .avg_ts * 100 | round / 100" "$l")
+      ll=$(grep -m1 "^## llama-$t.json: load before" "$log" | sed 's/.*load before //' | cut -d' ' -f1 || true)
+    elif [ -n "${LLAMA_BENCH:-}" ] && ! grep -q "^## llama-$t.json: exit" "$log"; then
+      lpp="not measured (run interrupted or still running)"; ltg="—"; rpp="—"; rtg="—"; ll="—"
+    elif [ -n "${LLAMA_BENCH:-}" ]; then
+      why=$(sed -e 's/^[a-z_]*: //' "$out/llama-$t.why" 2>/dev/null | cut -c1-90 | tr '|' '/' || true)
+      lpp="cannot load (${why:-no output})"
+      ltg="—"
+      rpp="—"
+      rtg="—"
+      ll=$(grep -m1 "^## llama-$t.json: load before" "$log" | sed 's/.*load before //' | cut -d' ' -f1 || true)
+    else
+      lpp="not run"; ltg="—"; rpp="—"; rtg="—"; ll="—"
+    fi
+    echo "| $(echo "$t" | tr a-z A-Z) | $pp | $tg | $mb | $bw | $pct | $lpp | $ltg | $rpp | $rtg | $lb / $ll |"
+  done
+  echo
+  echo "Commands (per type T, file F = $out/qwen3-$size-T.gguf):"
+  echo
+  echo "    $bonsai synth --size $size --type T --tokenizer $shared/tokenizers/qwen3/tokenizer.json -o F -t $threads"
+  echo "    $bonsai bench -m F -p $np -n $ng -r $reps -t $threads --json"
+  [ -n "${LLAMA_BENCH:-}" ] && echo "    $LLAMA_BENCH -m F -p $np -n $ng -r $reps -t $threads -o json"
+  [ -n "${LLAMA_BENCH:-}" ] && [ -s "$out/llama-q8_0.json" ] &&
+    echo && echo "llama.cpp build: $(jq -r '.[0] | "\(.build_commit) (build \(.build_number)), backend \(.backends)"' "$out/llama-q8_0.json" 2>/dev/null)"
+  true
+} >"$table"
+cat "$table"

@@ -35,6 +35,10 @@ constexpr ActLayout kTQ2_0{QK_K, 1, identity};
 constexpr ActLayout kTQ1_0{QK_K, 1, base3_packed};
 constexpr ActLayout kPTQ1_0{QK_PTQ1_0, 1, base3_packed};
 
+// quantize_act keeps one block of values on the stack.
+static_assert(QK_K >= QK8_0 && QK_K >= QK4_0 && QK_K >= QK1_0 && QK_K >= QK2_0 && QK_K >= QK_PQ2_0 &&
+              QK_K >= QK_PTQ1_0, "a layout's block is larger than quantize_act's buffer");
+
 }  // namespace
 
 const ActLayout* act_layout(TypeId type) {
@@ -59,7 +63,7 @@ void QuantAct::reset(const ActLayout& layout, int64_t cols_, int64_t n_tokens_) 
   elem.resize(size_t(qk));
   for (int p = 0; p < qk; ++p) elem[size_t(p)] = layout.elem(p);
   q.resize(size_t(n_tokens * cols));
-  d.resize(size_t(n_tokens * cols / 32));
+  d.resize(size_t(n_tokens * cols / qk));
   corr.resize(size_t(n_tokens * cols / qk));
 }
 
@@ -67,40 +71,35 @@ void quantize_act(const ActLayout& layout, const float* x, int64_t cols, int64_t
   out.reset(layout, cols, n_tokens);
   const int qk = out.qk;
   const int64_t nblocks = n_tokens * (cols / qk);
+  float v[QK_K];  // the largest block of any layout above
   for (int64_t b = 0; b < nblocks; ++b) {
     const float* xb = x + b * qk;  // tokens are contiguous rows of cols = whole blocks
     int8_t* qb = out.q.data() + b * qk;
-    float* db = out.d.data() + b * (qk / 32);
-    float corr = 0.0f;
-    for (int g = 0; g < qk / 32; ++g) {
-      float v[32];
-      float amax = 0.0f;
-      bool finite = true;  // max() would drop a NaN
-      for (int i = 0; i < 32; ++i) {
-        v[i] = xb[out.elem[size_t(32 * g + i)]];
-        finite &= std::isfinite(v[i]);
-        amax = std::max(amax, std::fabs(v[i]));
-      }
-      int8_t* qg = qb + 32 * g;
-      int sum = 0;
-      if (!finite) {
-        // inf or NaN in the group: a NaN scale carries it into every output, as float math would.
-        db[g] = std::numeric_limits<float>::quiet_NaN();
-        std::fill(qg, qg + 32, int8_t(0));
-      } else {
-        const float d = amax / 127.0f;
-        const float id = d > 0.0f ? 1.0f / d : 0.0f;
-        for (int i = 0; i < 32; ++i) {
-          // The product rounded to float, then to the nearest integer, ties to even.
-          const float r = std::nearbyint(v[i] * id);
-          qg[i] = int8_t(std::clamp(r, -127.0f, 127.0f));
-          sum += qg[i];
-        }
-        db[g] = d;
-      }
-      corr = std::fma(db[g], float(sum), corr);  // fused on purpose: no compiler may choose otherwise
+    float amax = 0.0f;
+    bool finite = true;  // max() would drop a NaN
+    for (int p = 0; p < qk; ++p) {
+      v[p] = xb[out.elem[size_t(p)]];
+      finite &= std::isfinite(v[p]);
+      amax = std::max(amax, std::fabs(v[p]));
     }
-    out.corr[size_t(b)] = float(layout.offset) * corr;
+    int sum = 0;
+    float d;
+    if (!finite) {
+      // inf or NaN in the block: a NaN scale carries it into every output, as float math would.
+      d = std::numeric_limits<float>::quiet_NaN();
+      std::fill(qb, qb + qk, int8_t(0));
+    } else {
+      d = amax / 127.0f;
+      const float id = d > 0.0f ? 1.0f / d : 0.0f;
+      for (int p = 0; p < qk; ++p) {
+        // The product rounded to float, then to the nearest integer, ties to even.
+        const float r = std::nearbyint(v[p] * id);
+        qb[p] = int8_t(std::clamp(r, -127.0f, 127.0f));
+        sum += qb[p];
+      }
+    }
+    out.d[size_t(b)] = d;
+    out.corr[size_t(b)] = float(layout.offset) * (d * float(sum));  // |sum| <= 256*127: exact in float
   }
 }
 

@@ -1,5 +1,5 @@
-// Activations as the int8 kernels read them: quantized once per matmul call, per 32 values, in the
-// order in which a weight type's kernel unpacks its codes. Internal to the CPU backend (and its
+// Activations as the int8 kernels read them: quantized once per matmul call, one scale per weight
+// block, in the order in which a weight type's kernel unpacks its codes. Internal to the CPU backend (and its
 // tests, which rebuild the kernels' exact sums from it).
 #pragma once
 #include <cstdint>
@@ -23,12 +23,16 @@ struct ActLayout {
 // nullptr for the types that have no int8 kernel (F32, F16, BF16).
 const ActLayout* act_layout(TypeId type);
 
-// n_tokens rows of cols activations. Within each group g of 32 positions (of token t):
-//   q[t*cols + p] = nearest (ties to even) of x[elem(p)] / d[g], in [-127, 127],
-//   d[g] = amax_g / 127 (0 when the group is all zero, NaN when it holds an inf or NaN: then its q
-//   are 0 and the NaN reaches every output, as float math would);
-// and for each weight block b: corr[t*(cols/qk) + b] = offset * sum over its groups of d[g]*sum(q),
-// so that dot(block) = d_block * (sum_g d[g] * sum_p code_p*q_p - corr[b]).
+// n_tokens rows of cols activations. For each span b of qk positions (one weight block's worth,
+// b counted over all tokens: b = t*(cols/qk) + block):
+//   q[b*qk + p] = nearest (ties to even) of x[elem(p)] / d[b], in [-127, 127],
+//   d[b] = amax_b / 127 (0 when the span is all zero, NaN when it holds an inf or NaN: then its q
+//   are 0 and the NaN reaches every output, as float math would),
+//   corr[b] = offset * (d[b] * sum_p q[b*qk + p]),
+// so that dot(block) = d_block * (d[b] * sum_p code_p*q_p - corr[b]).
+// One scale per block (not per 32) lets a kernel add a whole block's int16 products before a
+// single int->float step; the price is a coarser activation step where a block holds an outlier
+// (the bound in matmul.h follows amax over the block).
 struct QuantAct {
   int64_t cols = 0, n_tokens = 0;
   int qk = 0, offset = 0;

@@ -189,19 +189,20 @@ struct KQ8 {
   static void codes(const Block& b, __m256i* c) { c[0] = load32(b.qs); }
 };
 
-// Sum of code*q over 32 positions, as 8 float partial sums. maddubs takes unsigned x signed
-// bytes; pair sums stay far from int16 saturation (codes <= 15 against |q| <= 127; for signed
-// codes |code| <= 128 after the sign transfer: 2*128*127 < 32767).
+// code*q over 32 positions as 16 int16 pair sums. maddubs takes unsigned x signed bytes; pair
+// sums stay far from int16 saturation, and so do the sums of a whole block's registers: codes
+// <= 15 (kSub 1), <= 3 with kSub <= 8 (8 * 2*3*127 = 6096); signed codes (kSub 1) have |code| <=
+// 128 after the sign transfer: 2*128*127 < 32767.
 template <bool Signed>
-inline __m256 dot32(__m256i code, const int8_t* q) {
+inline __m256i mul32(__m256i code, const int8_t* q) {
   const __m256i a = load32(q);
-  const __m256i p = Signed ? _mm256_maddubs_epi16(_mm256_sign_epi8(code, code), _mm256_sign_epi8(a, code))
-                           : _mm256_maddubs_epi16(code, a);
-  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+  return Signed ? _mm256_maddubs_epi16(_mm256_sign_epi8(code, code), _mm256_sign_epi8(a, code))
+                : _mm256_maddubs_epi16(code, a);
 }
 
-// One weight row against T tokens' activations; out[t] for t < T. The block is unpacked once
-// for all T tokens.
+// One weight row against T tokens' activations; out[t] for t < T. Each block is unpacked once
+// for all T tokens, and its int16 sums become float once per block (one activation scale per
+// block, act_quant.h).
 template <class K, int T>
 void dot_q8(const uint8_t* row, int64_t nb, const ActView& a, int64_t t0, float* out) {
   using Block = typename K::Block;
@@ -212,7 +213,7 @@ void dot_q8(const uint8_t* row, int64_t nb, const ActView& a, int64_t t0, float*
   const float* corr[T];
   for (int t = 0; t < T; ++t) {
     q[t] = a.q + (t0 + t) * a.cols;
-    d[t] = a.d + (t0 + t) * (a.cols / 32);
+    d[t] = a.d + (t0 + t) * (a.cols / kQK);
     corr[t] = a.corr + (t0 + t) * (a.cols / kQK);
   }
   // Blocks of 32 (Q8_0, Q4_0) are short: alternate two accumulators so that consecutive blocks'
@@ -230,15 +231,10 @@ void dot_q8(const uint8_t* row, int64_t nb, const ActView& a, int64_t t0, float*
     const float dw = _cvtsh_ss(w[i].d);
     for (int t = 0; t < T; ++t) {
       const int8_t* qi = q[t] + i * kQK;
-      const float* di = d[t] + i * K::kSub;
-      if constexpr (K::kSub == 1) {
-        acc_u[t] = _mm256_fmadd_ps(dot32<K::kSigned>(codes[0], qi), _mm256_set1_ps(dw * di[0]), acc_u[t]);
-      } else {
-        __m256 blk = _mm256_mul_ps(dot32<K::kSigned>(codes[0], qi), _mm256_broadcast_ss(di));
-        for (int j = 1; j < K::kSub; ++j)
-          blk = _mm256_fmadd_ps(dot32<K::kSigned>(codes[j], qi + 32 * j), _mm256_broadcast_ss(di + j), blk);
-        acc_u[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw), blk, acc_u[t]);
-      }
+      __m256i s = mul32<K::kSigned>(codes[0], qi);
+      for (int j = 1; j < K::kSub; ++j) s = _mm256_add_epi16(s, mul32<K::kSigned>(codes[j], qi + 32 * j));
+      const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, _mm256_set1_epi16(1)));
+      acc_u[t] = _mm256_fmadd_ps(f, _mm256_set1_ps(dw * d[t][i]), acc_u[t]);
       if constexpr (!K::kSigned) c[t] += dw * corr[t][i];
     }
   };
@@ -382,49 +378,48 @@ void quantize_act(const int32_t* elem, int qk, int offset, const float* x, int64
   const __m256 inf = _mm256_set1_ps(__builtin_huge_valf());
   auto quantize_block = [&](int64_t b) {
     const float* xb = x + b * qk;  // tokens are contiguous rows of cols = whole blocks
-    float c = 0.0f;
-    for (int g = 0; g < qk / 32; ++g) {
-      __m256 v[4];
-      for (int j = 0; j < 4; ++j)
-        v[j] = identity ? _mm256_loadu_ps(xb + 32 * g + 8 * j)
-                        : _mm256_i32gather_ps(xb, load32(elem + 32 * g + 8 * j), 4);
-      __m256 amax8 = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
-      for (int j = 0; j < 4; ++j) {
-        const __m256 a = _mm256_and_ps(v[j], abs_mask);
-        amax8 = _mm256_max_ps(amax8, a);
-        bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ));  // inf or NaN
-      }
-      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
-      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-      const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
-      int8_t* qg = q + b * qk + 32 * g;
-      float dg;
-      int sum = 0;
-      if (_mm256_movemask_ps(bad)) {
-        dg = __builtin_nanf("");
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qg), _mm256_setzero_si256());
-      } else {
-        dg = amax / 127.0f;
-        const __m256 id = _mm256_set1_ps(dg > 0.0f ? 1.0f / dg : 0.0f);
+    auto load8 = [&](int p) {
+      return identity ? _mm256_loadu_ps(xb + p) : _mm256_i32gather_ps(xb, load32(elem + p), 4);
+    };
+    __m256 amax8 = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    for (int p = 0; p < qk; p += 8) {
+      const __m256 a = _mm256_and_ps(load8(p), abs_mask);
+      amax8 = _mm256_max_ps(amax8, a);
+      bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ));  // inf or NaN
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    int8_t* qb = q + b * qk;
+    float db;
+    int sum = 0;
+    if (_mm256_movemask_ps(bad)) {
+      db = __builtin_nanf("");
+      for (int p = 0; p < qk; p += 32)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb + p), _mm256_setzero_si256());
+    } else {
+      db = amax / 127.0f;
+      const __m256 id = _mm256_set1_ps(db > 0.0f ? 1.0f / db : 0.0f);
+      __m256i s = _mm256_setzero_si256();
+      for (int p = 0; p < qk; p += 32) {
         __m256i i32[4];
         for (int j = 0; j < 4; ++j) {
-          const __m256 r = _mm256_round_ps(_mm256_mul_ps(v[j], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+          const __m256 r = _mm256_round_ps(_mm256_mul_ps(load8(p + 8 * j), id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
           i32[j] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f)));
+          s = _mm256_add_epi32(s, i32[j]);
         }
-        const __m256i s = _mm256_add_epi32(_mm256_add_epi32(i32[0], i32[1]), _mm256_add_epi32(i32[2], i32[3]));
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-        sum = _mm_cvtsi128_si32(s4);
         // packs work per 128-bit half: dwords come out as 0,4,1,5,2,6,3,7 of the wanted order.
-        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i32[0], i32[1]), _mm256_packs_epi32(i32[2], i32[3]));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qg),
-                            _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        const __m256i pk = _mm256_packs_epi16(_mm256_packs_epi32(i32[0], i32[1]), _mm256_packs_epi32(i32[2], i32[3]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb + p),
+                            _mm256_permutevar8x32_epi32(pk, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
       }
-      d[b * (qk / 32) + g] = dg;
-      c = __builtin_fmaf(dg, float(sum), c);  // fused, as act_quant.cpp (std::fma is a header inline)
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+      sum = _mm_cvtsi128_si32(s4);
     }
-    corr[b] = float(offset) * c;
+    d[b] = db;
+    corr[b] = float(offset) * (db * float(sum));  // as act_quant.cpp: two roundings, no FMA
   };
   if (n_tokens * cols >= kParallelWork) {
 #pragma omp parallel for schedule(static)

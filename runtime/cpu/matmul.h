@@ -14,9 +14,11 @@ namespace bonsai::cpu {
 // Throws Error naming the tensor when it is not a well-formed 2-D tensor.
 //
 // Takes the fastest path this CPU has (matmul_path()). On the AVX2 path, quantized weights are
-// multiplied by activations quantized to int8 per 32 values (float scale d = amax/127, round to
-// nearest), so each output differs from matmul_ref by at most
-//   sum over activation groups g of amax_g/254 * sum_{k in g} |W[r,k]|   (plus float rounding);
+// multiplied by activations quantized to int8 with one float scale per weight block (d =
+// amax/127 over the block's qk values, round to nearest: act_quant.h), so each output differs
+// from matmul_ref by at most
+//   sum over weight blocks b of amax_b/254 * sum_{k in b} |W[r,k]|   (plus float rounding);
+// qk is 32 for Q8_0/Q4_0, 64 for Q2_0, 128 for PTQ1_0/PQ2_0/Q1_0 and 256 for TQ1_0/TQ2_0.
 // float weights (F32/F16/BF16) use float FMA dot products, within ~1e-5 relative of matmul_ref.
 void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y);
 

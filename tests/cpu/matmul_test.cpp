@@ -7,21 +7,21 @@
 //
 //   type            fast vs matmul_ref                     fast vs int8 rebuild
 //   F32/F16/BF16    1e-5 * sum_k |W_rk x_k|                 (no int8 step)
-//   quantized       sum_k |W_rk| * d_g(k)/2  +  rebuild tol 1e-5 * U_r,
+//   quantized       sum_k |W_rk| * d_b(k)/2  +  rebuild tol 1e-5 * U_r,
 //                                                          U_r = sum_k (|W_rk| + 2*off*|d_rk|) * |xq_k|
 //
 // * Float paths: the weights convert to float exactly (fp16/bf16 -> f32 is exact), so the only
 //   difference is float vs double summation: with 8 lanes and <= 4 accumulators a lane's chain
 //   is <= cols/8 = 256 FMAs, relative error well under 256 * 2^-24 = 1.5e-5 of sum |W x| in the
 //   worst case and ~1e-7 in practice.
-// * Quantized paths: activations are rounded to int8 per group g of 32 values with scale
-//   d_g = amax_g/127, so |x_k - xq_k| <= d_g/2 (= amax_g/254, the "1/127 per block" relative
-//   error) and |sum W (x - xq)| <= sum |W| d_g/2. What remains is float rounding of the kernel's
+// * Quantized paths: activations are rounded to int8 with one scale per weight block b,
+//   d_b = amax_b/127, so |x_k - xq_k| <= d_b/2 (= amax_b/254, the "1/127 per block" relative
+//   error) and |sum W (x - xq)| <= sum |W| d_b/2. What remains is float rounding of the kernel's
 //   exact integer block sums: their magnitude is at most sum |code * d_w * xq| with
 //   |code| <= |W/d_w| + offset, plus the offset correction (same size) = U_r; chains of <= 64
-//   FMAs give well under 1e-5 relative. The rebuild (sum over positions of W * d_g * q, double)
+//   FMAs give well under 1e-5 relative. The rebuild (sum over positions of W * d_b * q, double)
 //   equals the kernel's exact arithmetic, so a single wrong code or a misplaced element (an error
-//   of |d_w * xq_k|, ~1/cols of U_r) fails it, while the sum_k |W| d_g/2 bound alone is loose.
+//   of |d_w * xq_k|, ~1/cols of U_r) fails it, while the sum_k |W| d_b/2 bound alone is loose.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -186,7 +186,7 @@ std::string mismatch(const Weights& m, const std::vector<float>& x, int64_t n_to
         for (int p = 0; p < layout->qk; ++p) {
           const int64_t k = k0 + elem[size_t(p)];
           const int64_t pos = t * cols + k0 + p;
-          const double d = a.d[size_t(pos / 32)];
+          const double d = a.d[size_t(pos / layout->qk)];
           const double xq = d * a.q[size_t(pos)];
           rebuilt += double(w[k]) * xq;
           u += (std::fabs(w[k]) + 2.0 * layout->offset * m.dw[size_t(r * cols + k)]) * std::fabs(xq);
@@ -405,28 +405,25 @@ TEST(CpuQuantizeAct, LayoutsArePermutationsAndRoundingIsHalfAStep) {
 
     const int64_t cols = 2 * l->qk, n = 2;
     auto x = random_x(cols * n, rng);
-    for (int i = 0; i < 32; ++i) x[size_t(l->elem(i))] = 0.0f;  // token 0's first group all zero
+    for (int i = 0; i < l->qk; ++i) x[size_t(l->elem(i))] = 0.0f;  // token 0's first block all zero
     cpu::QuantAct a;
     quantize_act(*l, x.data(), cols, n, a);
     for (int64_t t = 0; t < n; ++t)
       for (int64_t b = 0; b < cols / l->qk; ++b) {
-        double corr = 0;
-        for (int g = 0; g < l->qk / 32; ++g) {
-          const int64_t base = t * cols + b * l->qk;
-          const float d = a.d[size_t((base + 32 * g) / 32)];
-          float amax = 0;
-          int sum = 0;
-          for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[size_t(base + l->elem(32 * g + i))]));
-          ASSERT_EQ(d, amax / 127.0f) << tt.name;
-          for (int i = 0; i < 32; ++i) {
-            const int p = 32 * g + i;
-            const int q = a.q[size_t(base + p)];
-            ASSERT_LE(std::abs(q), 127);
-            EXPECT_LE(std::fabs(x[size_t(base + l->elem(p))] - d * q), d / 2 * (1 + 1e-6)) << tt.name;
-            sum += q;
-          }
-          corr += double(d) * sum;
+        // one scale per block: amax over all of its positions
+        const int64_t base = t * cols + b * l->qk;
+        const float d = a.d[size_t(t * (cols / l->qk) + b)];
+        float amax = 0;
+        int sum = 0;
+        for (int p = 0; p < l->qk; ++p) amax = std::fmax(amax, std::fabs(x[size_t(base + l->elem(p))]));
+        ASSERT_EQ(d, amax / 127.0f) << tt.name;
+        for (int p = 0; p < l->qk; ++p) {
+          const int q = a.q[size_t(base + p)];
+          ASSERT_LE(std::abs(q), 127);
+          EXPECT_LE(std::fabs(x[size_t(base + l->elem(p))] - d * q), d / 2 * (1 + 1e-6)) << tt.name;
+          sum += q;
         }
+        const double corr = double(d) * sum;
         EXPECT_NEAR(a.corr[size_t(t * (cols / l->qk) + b)], l->offset * corr, 1e-5 * std::fabs(l->offset * corr) + 1e-6)
             << tt.name;
       }
@@ -436,7 +433,7 @@ TEST(CpuQuantizeAct, LayoutsArePermutationsAndRoundingIsHalfAStep) {
 
 #if defined(__x86_64__)
 // The AVX2 quantizer (what matmul runs) writes exactly the bytes of the scalar definition, on
-// random values, exact ties (k + 1/2 steps), all-zero groups and non-finite values.
+// random values, exact ties (k + 1/2 steps), all-zero blocks and non-finite values.
 TEST(CpuQuantizeAct, Avx2QuantizerIsBitExact) {
   if (std::string(cpu::matmul_path()) != "avx2") GTEST_SKIP() << "no AVX2 on this CPU";
   std::mt19937 rng(8);
@@ -445,9 +442,9 @@ TEST(CpuQuantizeAct, Avx2QuantizerIsBitExact) {
     if (!l) continue;
     const int64_t cols = 2 * std::max(l->qk, 256), n = 3;
     auto x = random_x(cols * n, rng);
-    for (int i = 0; i < 32; ++i) {
-      x[size_t(l->elem(i))] = 0.0f;                                // token 0, group 0: zero
-      x[size_t(cols + l->elem(i))] = 0.5f * float(i - 16) + 0.25f;  // token 1, group 0: x/d = k + 1/2
+    for (int i = 0; i < l->qk; ++i) {
+      x[size_t(l->elem(i))] = 0.0f;                                     // token 0, block 0: zero
+      x[size_t(cols + l->elem(i))] = 0.5f * float(i % 32 - 16) + 0.25f;  // token 1, block 0: x/d = k + 1/2
     }
     x[size_t(cols + l->elem(0))] = 63.5f;  // amax: d = 0.5 and 1/d = 2 exactly, so the ties are exact
     x[size_t(2 * cols + 5)] = std::numeric_limits<float>::infinity();
