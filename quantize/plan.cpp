@@ -277,6 +277,14 @@ std::string ResolvedPlan::table() const {
   return os.str();
 }
 
+void set_ternary_type(Plan& plan, TypeId type) {
+  if (!is_ternary(type))
+    throw Error(cat("--type ", traits(type).name, " is not a ternary type (PTQ1_0 or PQ2_0): name other types in a plan"));
+  if (is_ternary(plan.default_type)) plan.default_type = type;
+  for (PlanRule& r : plan.rules)
+    if (is_ternary(r.type)) r.type = type;
+}
+
 ResolvedPlan resolve_plan(const Plan& plan, const std::vector<Tensor>& tensors, int64_t n_layer,
                           std::optional<Method> method, Method fallback) {
   ResolvedPlan r;
