@@ -29,7 +29,8 @@ void print_stage2(const quant::QuantizeResult& r) {
   std::printf("stage 2 (PQ2_0 four-level grid): relative output error after stage 1 -> after stage 2, share of code 3:\n");
   for (const auto& e : r.errors)
     if (e.stage1_error)
-      std::printf("  %-28s %.5f -> %.5f  code 3 %.2f%%\n", e.name.c_str(), *e.stage1_error, e.rel_error, 100.0 * e.plus2_share);
+      std::printf("  %-28s %.5f -> %.5f  code 3 %.2f%%\n", e.name.c_str(), *e.stage1_error,
+                  e.grid_error ? *e.grid_error : e.rel_error, 100.0 * e.plus2_share);  // the grid's, before R̂
   std::printf("code 3 (+2d) share over the PQ2_0 weights: %.3f%% of %lld\n", 100.0 * plus2 / double(n), (long long)n);
 }
 

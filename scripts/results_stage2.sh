@@ -30,8 +30,13 @@ declare -A ARGS=(
   [km-v16-k256-all]="--type pq2_0 --residual kmeans --rc-dim 16 --rc-size 256 --rc-rows 0"
   [km-v8-k16-g64]="--type pq2_0 --residual kmeans --rc-dim 8 --rc-size 16 --rc-rows 64"
   [km-v8-k256-all]="--type pq2_0 --residual kmeans --rc-dim 8 --rc-size 256 --rc-rows 0"
+  # The residual on a per-group base (optimal), where its diagonal k-means is in the base's metric.
+  [opt-grid]="--type pq2_0 --method optimal"
+  [opt-km-v8-k16-all]="--type pq2_0 --method optimal --residual kmeans --rc-dim 8 --rc-size 16 --rc-rows 0"
+  [opt-pattern]="--type pq2_0 --method optimal --residual pattern"
 )
-ORDER=(stage1 grid pattern km-v8-k16-all km-v4-k16-all km-v16-k256-all km-v8-k16-g64 km-v8-k256-all)
+ORDER=(stage1 grid pattern km-v8-k16-all km-v4-k16-all km-v16-k256-all km-v8-k16-g64 km-v8-k256-all opt-grid opt-km-v8-k16-all
+       opt-pattern)
 [ $# -gt 0 ] && ORDER=("$@")
 
 TSV=$OUT/results.tsv
@@ -42,7 +47,9 @@ for name in "${ORDER[@]}"; do
   extra=${ARGS[$name]:?unknown row $name}
   if cut -f1 "$TSV" | grep -qx "$name"; then echo "$name: done already"; continue; fi
   file=$OUT/$name.gguf
-  common="-m $MODEL -o $file --plan ternary-keep-embed-head-q8 --method gptq --stats $STATS --threads $THREADS"
+  method="--method gptq"
+  [[ $extra == *--method* ]] && method=""
+  common="-m $MODEL -o $file --plan ternary-keep-embed-head-q8 $method --stats $STATS --threads $THREADS"
   echo "== $name: bonsai quantize $common $extra"
   t0=$(date +%s.%N)
   nice -n "$NICE" "$BONSAI" quantize $common $extra > "$OUT/$name.quantize.log" 2>&1
@@ -51,7 +58,7 @@ for name in "${ORDER[@]}"; do
   bpw=$(sed -n 's/^ternary tensors: \([0-9.]*\) bits\/weight.*/\1/p' "$OUT/$name.quantize.log")
   bytes=$(stat -c %s "$file")
   nice -n "$NICE" "$BONSAI" perplexity -m "$file" -f "$EVAL" --ctx 512 --threads "$THREADS" --json > "$OUT/$name.ppl.json"
-  ppl=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(f"{d[\"ppl\"]:.3f}\t{d[\"ppl_err\"]:.3f}")' "$OUT/$name.ppl.json")
+  ppl=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.3f\t%.3f" % (d["ppl"], d["ppl_err"]))' "$OUT/$name.ppl.json")
   printf '%s\t%s\t%s\t%.1f\t%s\t%s\n' "$name" "$bpw" "$bytes" "$qs" "$ppl" "$extra" >> "$TSV"
   tail -1 "$TSV"
 done
