@@ -116,6 +116,8 @@ int run(const std::vector<std::string>& args) {
       "rc-dim", po::value<int64_t>()->default_value(8), "kmeans: inputs per sub-vector v (divides 128)")(
       "rc-size", po::value<int64_t>()->default_value(16), "kmeans: centroids per codebook K (2..65536)")(
       "rc-rows", po::value<int64_t>()->default_value(0), "kmeans: rows per codebook G (divides each tensor's rows; 0 = all)")(
+      "from", po::value<std::string>(),
+      "start stage 2 from this saved stage-1 result (same model, plan and rotation) instead of rerunning stage 1")(
       "type", po::value<std::string>(),
       "the plan's ternary tensors become this type: ptq1_0 (stage 1) or pq2_0 (stage 2: the four-level grid)")(
       "dry-run", po::bool_switch(), "print the plan (tensor, type, method, bytes, totals) and exit");
@@ -123,7 +125,7 @@ int run(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse(args,
              "bonsai quantize -m SRC -o OUT.gguf|OUT.bonsai [--plan PRESET|FILE] [--method M] [--rotate hadamard "
-             "--rotate-block B] [--calib FILE...] [--calib-windows N --calib-len L] [--stats FILE] [--seed S] [--type ptq1_0|pq2_0] [--residual none|kmeans|pattern --rc-dim V --rc-size K --rc-rows G] [--dry-run]",
+             "--rotate-block B] [--calib FILE...] [--calib-windows N --calib-len L] [--stats FILE] [--seed S] [--type ptq1_0|pq2_0] [--residual none|kmeans|pattern --rc-dim V --rc-size K --rc-rows G] [--from STAGE1] [--dry-run]",
              "Quantizes a model by a mixed-precision plan. Ternary tensors (PTQ1_0, PQ2_0) are fitted to\n"
              "activation statistics measured block by block on the calibration text (each block sees the\n"
              "outputs of the blocks already quantized); other types use their reference encoders. With\n"
@@ -156,6 +158,7 @@ int run(const std::vector<std::string>& args) {
     if (!tt || !quant::is_ternary(tt->id)) throw po::error("--type must be ptq1_0 or pq2_0 (got '" + t + "')");
     o.ternary_type = tt->id;
   }
+  if (vm.count("from")) o.from = vm["from"].as<std::string>();
   o.residual.kind = quant::parse_residual(vm["residual"].as<std::string>());
   o.residual.dim = vm["rc-dim"].as<int64_t>();
   o.residual.size = vm["rc-size"].as<int64_t>();

@@ -56,7 +56,8 @@ TernaryMatrix stage2_grid(const MatrixIn& in, Method m, TernaryMatrix q, WeightE
 // go to `extra` and the error is that of Ŵ + R̂.
 Tensor quantize_matrix(const Tensor& like, const float* w, const TensorPlan& tp, const calib::InputStats* st,
                        TensorSet& owner, WeightError* err, const std::function<void(const std::string&)>& info,
-                       const ResidualOptions& rc = {}, std::vector<Tensor>* extra = nullptr) {
+                       const ResidualOptions& rc = {}, std::vector<Tensor>* extra = nullptr,
+                       const TernaryMatrix* start = nullptr) {
   const int64_t cols = like.ne[0], rows = like.nelements() / cols;
   std::vector<float> importance;
   std::vector<double> gram;
@@ -89,7 +90,7 @@ Tensor quantize_matrix(const Tensor& like, const float* w, const TensorPlan& tp,
       m = Method::optimal;
     }
     used = m;
-    TernaryMatrix q = quantize_ternary(in, m);
+    TernaryMatrix q = start ? *start : quantize_ternary(in, m);  // --from: the saved stage-1 result
     if (tp.type == TypeId::PQ2_0) q = stage2_grid(in, m, std::move(q), err);
     const std::vector<uint8_t> packed = q.pack(tp.type);
     if (packed.size() != out.nbytes)
@@ -132,6 +133,26 @@ Tensor quantize_matrix(const Tensor& like, const float* w, const TensorPlan& tp,
     err->elements = rows * cols;
   }
   return out;
+}
+
+// A saved stage-1 result (--from): the codes and scales of a ternary tensor, read back through
+// formats' decoder and the canonical re-encoder (a stage-1 block is canonical, so this is exact).
+TernaryMatrix stage1_from(const Tensor& t, const Tensor& like, const std::string& path) {
+  if (!is_ternary(t.type))
+    fail(path, "'", t.name, "' is ", traits(t.type).name, ", not a ternary stage-1 result (PTQ1_0 or PQ2_0)");
+  if (t.ne != like.ne) fail(path, "'", t.name, "' has shape ", t.shape_str(), ", the model's is ", like.shape_str());
+  std::vector<float> y(size_t(t.nelements()));
+  traits(t.type).to_float(t.data, y.data(), t.nelements());
+  TernaryMatrix q;
+  q.cols = t.ne[0];
+  q.rows = t.nelements() / q.cols;
+  q.codes.resize(y.size());
+  q.scales.resize(y.size() / size_t(kGroup));
+  for (size_t b = 0; b < q.scales.size(); ++b)
+    q.scales[b] = reencode_grid4(y.data() + b * size_t(kGroup), kGroup, q.codes.data() + b * size_t(kGroup));
+  if (std::any_of(q.codes.begin(), q.codes.end(), [](int8_t c) { return c == 2; }))
+    fail(path, "'", t.name, "' uses PQ2_0's fourth level: it is a stage-2 result, not a stage-1 one");
+  return q;
 }
 
 std::string read_file(const std::string& path) {
@@ -251,6 +272,15 @@ QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev
   std::unique_ptr<Model> m = working_model(src, rp, rotation ? &*rotation : nullptr);
   stage(o.rotate ? "F32 working copies + rotation" : "F32 working copies");
 
+  // --from: a saved stage-1 result, in the same basis as this run.
+  std::optional<TensorSet> from;
+  if (!o.from.empty()) {
+    from = open_model(o.from);
+    if (read_hadamard(from->meta, o.from).empty() == o.rotate)
+      fail(o.from, "the stage-1 result was made ", o.rotate ? "without" : "with",
+           " a Hadamard rotation and this run ", o.rotate ? "rotates" : "does not", ": start from a result in the same basis");
+  }
+
   // Quantized tensors by name; deque: LayerWeights point into it and it only grows.
   std::deque<Tensor> quantized;
   std::map<std::string, const Tensor*> by_name;
@@ -262,8 +292,14 @@ QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev
       const calib::InputStats* st = nullptr;
       if (auto it = stats.by_weight.find(calib::input_key(w.name)); it != stats.by_weight.end()) st = &it->second;
       WeightError err;
+      std::optional<TernaryMatrix> start;
+      if (from && is_ternary(tp->type)) {
+        const Tensor* ft = from->find(w.name);
+        if (!ft) fail(o.from, "no tensor '", w.name, "': a stage-1 result of another model or plan");
+        start = stage1_from(*ft, w, o.from);
+      }
       quantized.push_back(quantize_matrix(w, reinterpret_cast<const float*>(w.data), *tp, st, m->file, &err, info,
-                                          o.residual, &residual_tensors[w.name]));
+                                          o.residual, &residual_tensors[w.name], start ? &*start : nullptr));
       res.errors.push_back(err);
       *slot = &quantized.back();
       by_name[w.name] = &quantized.back();

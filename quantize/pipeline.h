@@ -37,6 +37,7 @@ struct QuantizeOptions {
   bool dry_run = false;    // resolve and report the plan, nothing else
   std::optional<TypeId> ternary_type;  // --type: the plan's ternary tensors become this type
   ResidualOptions residual;            // --residual, --rc-dim, --rc-size, --rc-rows
+  std::string from;                    // --from: a saved stage-1 result (GGUF or .bonsai) to start stage 2 from
 };
 
 struct QuantizeEvents {

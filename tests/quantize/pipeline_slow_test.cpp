@@ -222,6 +222,24 @@ TEST(ZhTinyStage2, Pq2GridFileIsCanonicalAndResidualMatchesTheDequantisedReferen
   EXPECT_GT(plus2, 0);
   EXPECT_LT(plus2, total / 5);
 
+  // --from: stage 2 started from a saved stage-1 result gives the same tensors as one job.
+  const std::string s1 = (dir / "s1.bonsai").string(), from = (dir / "from.gguf").string();
+  ASSERT_EQ(test::run_bonsai("quantize -m " + model + " -o " + s1 + " --method rtn", &log), 0) << log;
+  ASSERT_EQ(test::run_bonsai("quantize -m " + model + " -o " + from + " --method rtn --type pq2_0 --from " + s1, &log), 0)
+      << log;
+  const TensorSet f = open_model(from);
+  for (const Tensor& t : g.tensors) {
+    const Tensor& u = f.get(t.name);
+    ASSERT_EQ(u.nbytes, t.nbytes) << t.name;
+    EXPECT_EQ(std::memcmp(u.data, t.data, t.nbytes), 0) << t.name;
+  }
+  log.clear();
+  EXPECT_NE(test::run_bonsai("quantize -m " + model + " -o " + (dir / "x.gguf").string() + " --method rtn --type pq2_0 --from " +
+                                 pq2,
+                             &log),
+            0);
+  EXPECT_NE(log.find("it is a stage-2 result"), std::string::npos) << log;
+
   // The residual: .bonsai with linked tensors, loaded and run through the lookup tables.
   const std::string rc = (dir / "rc.bonsai").string();
   log.clear();
