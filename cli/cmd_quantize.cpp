@@ -1,4 +1,5 @@
 // bonsai quantize -m SRC -o OUT: calibrated ternary quantization (quantize/pipeline.h).
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -6,6 +7,7 @@
 #include "cli/json_out.h"
 #include "cli/progress.h"
 #include "formats/error.h"
+#include "formats/residual.h"
 #include "quantize/pipeline.h"
 
 namespace bonsai::cli {
@@ -15,6 +17,50 @@ namespace {
 std::string kind_of(const std::string& name) {
   const size_t a = name.find('.', 4), b = name.rfind('.');
   return a != std::string::npos && b > a ? name.substr(a + 1, b - a - 1) : name;
+}
+
+// PQ2_0 weights (stage 2): each layer's error after stage 1 and after stage 2, and how much of the
+// fourth level (+2d, stored code 3) the grid used.
+void print_stage2(const quant::QuantizeResult& r) {
+  int64_t n = 0;
+  double plus2 = 0;
+  for (const auto& e : r.errors)
+    if (e.stage1_error) n += e.elements, plus2 += e.plus2_share * double(e.elements);
+  if (n == 0) return;
+  std::printf("stage 2 (PQ2_0 four-level grid): relative output error after stage 1 -> after stage 2, share of code 3:\n");
+  for (const auto& e : r.errors)
+    if (e.stage1_error)
+      std::printf("  %-28s %.5f -> %.5f  code 3 %.2f%%\n", e.name.c_str(), *e.stage1_error,
+                  e.grid_error ? *e.grid_error : e.rel_error, 100.0 * e.plus2_share);  // the grid's, before R̂
+  std::printf("code 3 (+2d) share over the PQ2_0 weights: %.3f%% of %lld\n", 100.0 * plus2 / double(n), (long long)n);
+}
+
+// Residual codebooks: each layer's error without and with R̂, and bits/weight over the ternary
+// tensors counted honestly (base blocks + codebooks + indices + μ/σ).
+void print_residual(const quant::QuantizeResult& r) {
+  int64_t n = 0;
+  uint64_t base = 0, extra = 0;
+  for (const auto& e : r.errors)
+    if (quant::is_ternary(e.type)) {
+      n += e.elements;
+      base += *tensor_bytes(e.type, std::vector<int64_t>{kRcGroup, e.elements / kRcGroup});
+      extra += e.residual_bytes;
+    }
+  if (n == 0) return;
+  if (extra > 0) {
+    std::printf("residual codebooks: relative output error without -> with R̂:\n");
+    for (const auto& e : r.errors)
+      if (e.grid_error) std::printf("  %-28s %.5f -> %.5f  (%llu bytes)\n", e.name.c_str(), *e.grid_error, e.rel_error,
+                                    (unsigned long long)e.residual_bytes);
+  }
+  std::printf("ternary tensors: %.4f bits/weight (base %.4f + residual %.4f) over %lld weights\n",
+              8.0 * double(base + extra) / double(n), 8.0 * double(base) / double(n), 8.0 * double(extra) / double(n),
+              (long long)n);
+  if (extra > 0)
+    std::printf("note: residual tensors and bonsai.residual.* keys: this file loads only in bonsai "
+                "(--residual none writes a pure PrismML file)\n");
+  else if (std::any_of(r.errors.begin(), r.errors.end(), [](const auto& e) { return e.type == TypeId::PQ2_0; }))
+    std::printf("PQ2_0 tensors in PrismML's layout (type 142), no bonsai-only tensors\n");
 }
 
 void print_summary(const quant::QuantizeResult& r, const std::string& out) {
@@ -45,6 +91,8 @@ void print_summary(const quant::QuantizeResult& r, const std::string& out) {
               !r.errors.empty() && r.errors[0].gram ? "Gram" : "importance-weighted");
   for (const auto& [k, a] : kinds)
     std::printf("  %-12s mean %.5f  max %.5f (%s)\n", k.c_str(), a.sum / a.n, a.max, a.worst.c_str());
+  print_stage2(r);
+  print_residual(r);
 }
 
 // The summary for scripts (scripts/results_stage1.sh): what print_summary says, as one object.
@@ -99,13 +147,22 @@ int run(const std::vector<std::string>& args) {
       "stats", po::value<std::string>(),
       "statistics file: reused when it exists (no model forward), else written after calibrating")(
       "seed", po::value<uint64_t>()->default_value(0), "seed of the calibration windows and of the rotation's random signs")(
+      "residual", po::value<std::string>()->default_value("none"),
+      "stage-2 residual codebooks on the ternary tensors: none (a pure PrismML PQ2_0 file), kmeans or pattern")(
+      "rc-dim", po::value<int64_t>()->default_value(8), "kmeans: inputs per sub-vector v (divides 128)")(
+      "rc-size", po::value<int64_t>()->default_value(16), "kmeans: centroids per codebook K (2..65536)")(
+      "rc-rows", po::value<int64_t>()->default_value(0), "kmeans: rows per codebook G (divides each tensor's rows; 0 = all)")(
+      "from", po::value<std::string>(),
+      "start stage 2 from this saved stage-1 result (same model, plan and rotation) instead of rerunning stage 1")(
+      "type", po::value<std::string>(),
+      "the plan's ternary tensors become this type: ptq1_0 (stage 1) or pq2_0 (stage 2: the four-level grid)")(
       "dry-run", po::bool_switch(), "print the plan (tensor, type, method, bytes, totals) and exit");
   add_threads(opts);
   add_json(opts);
   po::variables_map vm;
   if (!parse(args,
              "bonsai quantize -m SRC -o OUT.gguf|OUT.bonsai [--plan PRESET|FILE] [--method M] [--rotate hadamard "
-             "--rotate-block B] [--tensor-type REGEX=TYPE...] [--calib FILE...] [--calib-windows N --calib-len L] [--stats FILE] [--seed S] [--dry-run]",
+             "--rotate-block B] [--calib FILE...] [--calib-windows N --calib-len L] [--stats FILE] [--seed S] [--type ptq1_0|pq2_0] [--residual none|kmeans|pattern --rc-dim V --rc-size K --rc-rows G] [--from STAGE1] [--tensor-type REGEX=TYPE...] [--dry-run]",
              "Quantizes a model by a mixed-precision plan. Ternary tensors (PTQ1_0, PQ2_0) are fitted to\n"
              "activation statistics measured block by block on the calibration text (each block sees the\n"
              "outputs of the blocks already quantized); other types use their reference encoders. With\n"
@@ -138,6 +195,18 @@ int run(const std::vector<std::string>& args) {
   if (o.calib_windows <= 0 || o.calib_len <= 0) throw po::error("--calib-windows and --calib-len must be positive");
   if (vm.count("stats")) o.stats_path = vm["stats"].as<std::string>();
   o.seed = vm["seed"].as<uint64_t>();
+  if (vm.count("type")) {
+    const std::string t = vm["type"].as<std::string>();
+    const TypeTraits* tt = find_type(t);
+    if (!tt || !quant::is_ternary(tt->id)) throw po::error("--type must be ptq1_0 or pq2_0 (got '" + t + "')");
+    o.ternary_type = tt->id;
+  }
+  if (vm.count("from")) o.from = vm["from"].as<std::string>();
+  o.residual.kind = quant::parse_residual(vm["residual"].as<std::string>());
+  o.residual.dim = vm["rc-dim"].as<int64_t>();
+  o.residual.size = vm["rc-size"].as<int64_t>();
+  o.residual.rows = vm["rc-rows"].as<int64_t>();
+  quant::validate_residual(o.residual);
 
   // With --json the log goes to stderr so stdout holds only the JSON object.
   const bool json = vm["json"].as<bool>();

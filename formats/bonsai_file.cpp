@@ -112,6 +112,7 @@ constexpr ReservedKey kReservedKeys[] = {
     {"bonsai.residual.vector_dim", KeyKind::kU32, false},
     {"bonsai.residual.codebook_size", KeyKind::kU32, false},
     {"bonsai.residual.stages", KeyKind::kU32, false},
+    {"bonsai.residual.rows_per_codebook", KeyKind::kU32, false},
     {"bonsai.residual.tensors", KeyKind::kJson, false},
     {"bonsai.calib.group_size", KeyKind::kU32, false},
     {"bonsai.calib.params", KeyKind::kStrings, false},

@@ -107,6 +107,7 @@ uint32_t llama_file_type(TypeId type) {
     case TypeId::Q2_0: return 41;
     case TypeId::PQ2_0: return 141;
     case TypeId::PTQ1_0: return 143;
+    case TypeId::I8: break;  // never a model's weight type
   }
   return 0;
 }

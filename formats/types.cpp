@@ -27,6 +27,17 @@ void half_from_float(const float* src, void* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] = Enc(src[i]);
 }
 
+// ---- integers: the value itself (ggml's I8); encoding rounds half away from zero and saturates ----
+
+void i8_to_float(const void* src, float* dst, int64_t n) {
+  const auto* s = static_cast<const int8_t*>(src);
+  for (int64_t i = 0; i < n; ++i) dst[i] = float(s[i]);
+}
+void i8_from_float(const float* src, void* dst, int64_t n) {
+  auto* d = static_cast<int8_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) d[i] = int8_t(std::clamp(std::isnan(src[i]) ? 0.0f : std::roundf(src[i]), -128.0f, 127.0f));
+}
+
 // ---- blocks: decode every block with blocks.h's decoder ----
 
 template <typename Block, int QK>
@@ -134,6 +145,7 @@ constexpr std::array kTypes = {
                blocks_from_float<block_q4_0, QK4_0, enc_q4_0>},
     TypeTraits{TypeId::Q8_0, "Q8_0", QK8_0, sizeof(block_q8_0), true, blocks_to_float<block_q8_0, QK8_0>,
                blocks_from_float<block_q8_0, QK8_0, enc_q8_0>},
+    TypeTraits{TypeId::I8, "I8", 1, 1, false, i8_to_float, i8_from_float},
     TypeTraits{TypeId::BF16, "BF16", 1, 2, false, half_to_float<bf16_to_f32>, half_from_float<f32_to_bf16>},
     TypeTraits{TypeId::TQ1_0, "TQ1_0", QK_K, sizeof(block_tq1_0), true, blocks_to_float<block_tq1_0, QK_K>,
                blocks_from_float_v<block_tq1_0, QK_K, enc_absmax<QK_K, pack_tq1_0, 1>>},

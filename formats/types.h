@@ -15,6 +15,7 @@ enum class TypeId : uint32_t {
   F16 = 1,
   Q4_0 = 2,
   Q8_0 = 8,
+  I8 = 24,  // integers (bonsai's residual index streams: bytes, docs/formats/bonsai.md §9)
   BF16 = 30,
   TQ1_0 = 34,
   TQ2_0 = 35,

@@ -7,6 +7,7 @@
 
 #include "formats/error.h"
 #include "formats/fp16.h"
+#include "quantize/grid4.h"
 #include "quantize/group_fit.h"
 
 namespace bonsai::quant {
@@ -68,29 +69,45 @@ MatF inverse_cholesky_upper(MatD& h) {
   return u;
 }
 
-}  // namespace
-
-void gptq_ternary(const MatrixIn& in, const MethodOptions& opts, TernaryMatrix& out) {
-  const Index rows = in.rows, cols = in.cols, groups = cols / kGroup;
-
-  // H = 2G; a dead input (never nonzero) gets H_jj = 1 and its weights zeroed, as in GPTQ: its
-  // weights cannot change the output, and a unit diagonal keeps H invertible.
+// H = 2G; a dead input (never nonzero) gets H_jj = 1 (`dead` marks it), as in GPTQ: its weights
+// cannot change the output, and a unit diagonal keeps H invertible. Returns the upper factor of
+// the damped H⁻¹ and, in `importance`, the damped diagonal of H.
+MatF damped_inverse_factor(const MatrixIn& in, double damp, std::vector<char>& dead, std::vector<float>& importance) {
+  const Index cols = in.cols;
   MatD h(cols, cols);
   for (Index i = 0; i < cols; ++i)
     for (Index j = 0; j < cols; ++j) h(i, j) = 2.0 * in.gram[i * cols + j];
-  std::vector<char> dead(size_t(cols), 0);
+  dead.assign(size_t(cols), 0);
   for (Index j = 0; j < cols; ++j)
     if (h(j, j) == 0.0) {
       dead[size_t(j)] = 1;
       h(j, j) = 1.0;
     }
-  h.diagonal().array() += opts.gptq_damp * h.diagonal().mean();
+  h.diagonal().array() += damp * h.diagonal().mean();
+  importance.resize(static_cast<size_t>(cols));
+  for (Index j = 0; j < cols; ++j) importance[size_t(j)] = float(h(j, j));
+  return inverse_cholesky_upper(h);
+}
+
+}  // namespace
+
+std::vector<float> gptq_inverse_factor(const MatrixIn& in, double damp) {
+  std::vector<char> dead;
+  std::vector<float> importance;
+  const MatF u = damped_inverse_factor(in, damp, dead, importance);
+  std::vector<float> out(size_t(in.cols * in.cols));
+  for (Index i = 0; i < in.cols; ++i)
+    for (Index j = 0; j < in.cols; ++j) out[size_t(i * in.cols + j)] = u(i, j);
+  return out;
+}
+
+void gptq_ternary(const MatrixIn& in, const MethodOptions& opts, TernaryMatrix& out) {
+  const Index rows = in.rows, cols = in.cols, groups = cols / kGroup;
   // The group scale's importance: the diagonal GPTQ works with (E[x²] up to the factor 2 and the
   // damping, which keeps it positive).
-  std::vector<float> importance(static_cast<size_t>(cols));
-  for (Index j = 0; j < cols; ++j) importance[size_t(j)] = float(h(j, j));
-  const MatF hinv = inverse_cholesky_upper(h);
-  h.resize(0, 0);
+  std::vector<char> dead;
+  std::vector<float> importance;
+  const MatF hinv = damped_inverse_factor(in, opts.gptq_damp, dead, importance);
 
   MatF w(rows, cols);
   for (Index r = 0; r < rows; ++r)
@@ -116,7 +133,8 @@ void gptq_ternary(const MatrixIn& in, const MethodOptions& opts, TernaryMatrix& 
 #pragma omp for schedule(static)
           for (Index r = 0; r < rows; ++r) {
             for (Index k = 0; k < kGroup; ++k) wg[size_t(k)] = w(r, j + k);
-            const uint16_t d = fit_optimal(wg.data(), importance.data() + j, kGroup, scratch.data());
+            uint16_t d = fit_optimal(wg.data(), importance.data() + j, kGroup, scratch.data());
+            if (opts.four_levels) d = refine_grid4(wg.data(), importance.data() + j, kGroup, scratch.data(), d);
             out.scales[size_t(r * groups + g)] = d;
             scale[size_t(r)] = fp16_to_f32(d);
           }
@@ -125,7 +143,7 @@ void gptq_ternary(const MatrixIn& in, const MethodOptions& opts, TernaryMatrix& 
       const float hjj = hinv(j, j);
       for (Index r = 0; r < rows; ++r) {
         const float x = w(r, j);
-        const int8_t q = code_for_scale(x, scale[size_t(r)]);
+        const int8_t q = opts.four_levels ? code_for_grid4(x, scale[size_t(r)]) : code_for_scale(x, scale[size_t(r)]);
         out.codes[size_t(r * cols + j)] = q;
         err[r] = (x - float(q) * scale[size_t(r)]) / hjj;
       }
@@ -135,13 +153,12 @@ void gptq_ternary(const MatrixIn& in, const MethodOptions& opts, TernaryMatrix& 
     if (i2 < cols) w.rightCols(cols - i2).noalias() -= err_block * hinv.block(i1, i2, count, cols - i2);
   }
 
-  // A scale fixed at the group's start may end up with no code using it: store 0 then (a stored
-  // block re-encodes to itself only if its max |ŵ| is its scale).
+  // A scale fixed at the group's start may end up with no code using it (store 0 then), or, on the
+  // four-level grid, with +2 unused or alone: the canonical form keeps a stored block re-encoding
+  // to itself (quantize/grid4.h; for ternary codes it is exactly "d = 0 without a nonzero code").
   for (Index r = 0; r < rows; ++r)
-    for (Index g = 0; g < groups; ++g) {
-      const int8_t* c = out.codes.data() + r * cols + g * kGroup;
-      if (std::all_of(c, c + kGroup, [](int8_t v) { return v == 0; })) out.scales[size_t(r * groups + g)] = 0;
-    }
+    for (Index g = 0; g < groups; ++g)
+      canonicalize_grid4(out.codes.data() + r * cols + g * kGroup, kGroup, out.scales[size_t(r * groups + g)]);
 }
 
 }  // namespace bonsai::quant

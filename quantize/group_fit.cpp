@@ -14,14 +14,6 @@ constexpr uint16_t kMaxFiniteFp16 = 0x7bff;
 
 double importance(const float* a, int64_t j) { return a ? double(a[j]) : 1.0; }
 
-// An all-zero importance says nothing about the group: fall back to unit weights (see header).
-const float* effective_importance(const float* a, int64_t n) {
-  if (!a) return nullptr;
-  for (int64_t j = 0; j < n; ++j)
-    if (a[j] > 0.0f) return a;
-  return nullptr;
-}
-
 double weighted_energy(const float* w, const float* a, int64_t n) {
   double e = 0.0;
   for (int64_t j = 0; j < n; ++j) e += importance(a, j) * double(w[j]) * double(w[j]);
@@ -53,6 +45,13 @@ uint16_t zero_if_no_code(const int8_t* codes, int64_t n, uint16_t d) {
 }
 
 }  // namespace
+
+const float* effective_importance(const float* a, int64_t n) {
+  if (!a) return nullptr;
+  for (int64_t j = 0; j < n; ++j)
+    if (a[j] > 0.0f) return a;
+  return nullptr;
+}
 
 void codes_for_scale(const float* w, int64_t n, float d, int8_t* codes) {
   for (int64_t j = 0; j < n; ++j) codes[j] = code_for_scale(w[j], d);

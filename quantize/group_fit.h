@@ -15,6 +15,10 @@ inline int8_t code_for_scale(float w, float d) {
   return w > 0.0f ? 1 : -1;
 }
 
+// `a` itself, or nullptr (unit importance) when every entry is zero: an all-zero importance says
+// nothing about the group (inputs never seen in calibration), so plain squared error is used.
+const float* effective_importance(const float* a, int64_t n);
+
 // code_for_scale over n weights: the codes that minimise Σ (w − d·c)² for this d.
 void codes_for_scale(const float* w, int64_t n, float d, int8_t* codes);
 

@@ -12,7 +12,9 @@
 #include "datasets/window_sampler.h"
 #include "formats/error.h"
 #include "formats/model_file.h"
+#include "quantize/grid4.h"
 #include "quantize/provenance.h"
+#include "quantize/residual.h"
 #include "quantize/rotate.h"
 #include "runtime/bench.h"
 #include "runtime/load.h"
@@ -32,12 +34,29 @@ std::vector<float> to_f32(const Tensor& t) {
   return v;
 }
 
+// Stage 2 on PQ2_0's four-level grid from the stage-1 result `q`: per-group methods refine it
+// (never worse per group); gptq reruns with the grid inside its error feedback, and the stage-1
+// result is kept for a matrix where that comes out worse, so stage 2 never loses to stage 1.
+TernaryMatrix stage2_grid(const MatrixIn& in, Method m, TernaryMatrix q, WeightError* err) {
+  MethodOptions four;
+  four.four_levels = true;
+  TernaryMatrix q2 = m == Method::gptq ? quantize_ternary(in, m, four) : refine_grid4(in, q);
+  const double e1 = relative_output_error(in, q.dequantize()), e2 = relative_output_error(in, q2.dequantize());
+  if (err) err->stage1_error = e1;
+  if (e2 <= e1) q = std::move(q2);
+  if (err) err->plus2_share = share_of_plus2(q);
+  return q;
+}
+
 // Quantizes one matrix to its plan type. `w` is its float copy (rotated when the model is);
 // `st` its input statistics or null. Ternary types go through the calibrated methods, the others
 // through the type table's reference encoder. The error is measured against what the runtime
-// will compute with (the decoded result).
+// will compute with (the decoded result). With a residual (`rc`, ternary types only) its tensors
+// go to `extra` and the error is that of Ŵ + R̂.
 Tensor quantize_matrix(const Tensor& like, const float* w, const TensorPlan& tp, const calib::InputStats* st,
-                       TensorSet& owner, WeightError* err, const std::function<void(const std::string&)>& info) {
+                       TensorSet& owner, WeightError* err, const std::function<void(const std::string&)>& info,
+                       const ResidualOptions& rc = {}, std::vector<Tensor>* extra = nullptr,
+                       const TernaryMatrix* start = nullptr) {
   const int64_t cols = like.ne[0], rows = like.nelements() / cols;
   std::vector<float> importance;
   std::vector<double> gram;
@@ -70,13 +89,30 @@ Tensor quantize_matrix(const Tensor& like, const float* w, const TensorPlan& tp,
       m = Method::optimal;
     }
     used = m;
-    const TernaryMatrix q = quantize_ternary(in, m);
+    TernaryMatrix q = start ? *start : quantize_ternary(in, m);  // --from: the saved stage-1 result
+    if (tp.type == TypeId::PQ2_0) q = stage2_grid(in, m, std::move(q), err);
     const std::vector<uint8_t> packed = q.pack(tp.type);
     if (packed.size() != out.nbytes)
       throw Error(cat("packing '", like.name, "' as ", traits(tp.type).name, " gave ", packed.size(), " bytes, expected ",
                       out.nbytes));
     std::copy(packed.begin(), packed.end(), data);
     w_hat = q.dequantize();
+    if (rc.kind != ResidualKind::none && extra) {
+      // Kept only where it lowers the output error (a tensor without one is valid: the runtime
+      // looks residuals up per weight).
+      const double e0 = relative_output_error(in, w_hat);
+      if (err) err->grid_error = e0;
+      const ResidualFit fit = fit_residual(in, w_hat, rc);
+      std::vector<float> with = residual_values(fit, rows, cols);
+      for (size_t i = 0; i < with.size(); ++i) with[i] += w_hat[i];
+      if (relative_output_error(in, with) < e0) {
+        w_hat = std::move(with);
+        for (Tensor& t : fit.tensors(out, owner)) extra->push_back(std::move(t));
+        if (err) err->residual_bytes = fit.bytes();
+      } else if (info) {
+        info(cat("note: the residual of '", like.name, "' does not lower its output error: not stored"));
+      }
+    }
   } else {
     const TypeTraits& tt = traits(tp.type);
     w_hat.resize(size_t(rows * cols));
@@ -93,8 +129,29 @@ Tensor quantize_matrix(const Tensor& like, const float* w, const TensorPlan& tp,
     err->method = used;
     err->gram = in.gram != nullptr;
     err->rel_error = relative_output_error(in, w_hat);
+    err->elements = rows * cols;
   }
   return out;
+}
+
+// A saved stage-1 result (--from): the codes and scales of a ternary tensor, read back through
+// formats' decoder and the canonical re-encoder (a stage-1 block is canonical, so this is exact).
+TernaryMatrix stage1_from(const Tensor& t, const Tensor& like, const std::string& path) {
+  if (!is_ternary(t.type))
+    fail(path, "'", t.name, "' is ", traits(t.type).name, ", not a ternary stage-1 result (PTQ1_0 or PQ2_0)");
+  if (t.ne != like.ne) fail(path, "'", t.name, "' has shape ", t.shape_str(), ", the model's is ", like.shape_str());
+  std::vector<float> y(size_t(t.nelements()));
+  traits(t.type).to_float(t.data, y.data(), t.nelements());
+  TernaryMatrix q;
+  q.cols = t.ne[0];
+  q.rows = t.nelements() / q.cols;
+  q.codes.resize(y.size());
+  q.scales.resize(y.size() / size_t(kGroup));
+  for (size_t b = 0; b < q.scales.size(); ++b)
+    q.scales[b] = reencode_grid4(y.data() + b * size_t(kGroup), kGroup, q.codes.data() + b * size_t(kGroup));
+  if (std::any_of(q.codes.begin(), q.codes.end(), [](int8_t c) { return c == 2; }))
+    fail(path, "'", t.name, "' uses PQ2_0's fourth level: it is a stage-2 result, not a stage-1 one");
+  return q;
 }
 
 nlohmann::ordered_json rotation_json(const QuantizeOptions& o) {
@@ -171,6 +228,7 @@ QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev
   const TensorSet src = open_model(o.source);
   const ModelConfig cfg = read_model_config(src);
   Plan plan = load_plan(o.plan);
+  if (o.ternary_type) set_ternary_type(plan, *o.ternary_type);
   apply_overrides(plan, o.overrides);
   res.plan = resolve_plan(plan, src.tensors, cfg.n_layer, o.method, kDefaultMethod);
   const ResolvedPlan& rp = res.plan;
@@ -191,9 +249,19 @@ QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev
   std::unique_ptr<Model> m = working_model(src, rp, rotation ? &*rotation : nullptr);
   stage(o.rotate ? "F32 working copies + rotation" : "F32 working copies");
 
+  // --from: a saved stage-1 result, in the same basis as this run.
+  std::optional<TensorSet> from;
+  if (!o.from.empty()) {
+    from = open_model(o.from);
+    if (read_hadamard(from->meta, o.from).empty() == o.rotate)
+      fail(o.from, "the stage-1 result was made ", o.rotate ? "without" : "with",
+           " a Hadamard rotation and this run ", o.rotate ? "rotates" : "does not", ": start from a result in the same basis");
+  }
+
   // Quantized tensors by name; deque: LayerWeights point into it and it only grows.
   std::deque<Tensor> quantized;
   std::map<std::string, const Tensor*> by_name;
+  std::map<std::string, std::vector<Tensor>> residual_tensors;  // by base name: written after it
   auto quantize_block = [&](int64_t l, const calib::Stats& stats) {
     for (const Tensor** slot : block_weights(m->layers[size_t(l)])) {
       const Tensor& w = **slot;
@@ -201,10 +269,26 @@ QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev
       const calib::InputStats* st = nullptr;
       if (auto it = stats.by_weight.find(calib::input_key(w.name)); it != stats.by_weight.end()) st = &it->second;
       WeightError err;
-      quantized.push_back(quantize_matrix(w, reinterpret_cast<const float*>(w.data), *tp, st, m->file, &err, info));
+      std::optional<TernaryMatrix> start;
+      if (from && is_ternary(tp->type)) {
+        const Tensor* ft = from->find(w.name);
+        if (!ft) fail(o.from, "no tensor '", w.name, "': a stage-1 result of another model or plan");
+        start = stage1_from(*ft, w, o.from);
+      }
+      quantized.push_back(quantize_matrix(w, reinterpret_cast<const float*>(w.data), *tp, st, m->file, &err, info,
+                                          o.residual, &residual_tensors[w.name], start ? &*start : nullptr));
       res.errors.push_back(err);
       *slot = &quantized.back();
       by_name[w.name] = &quantized.back();
+      // The forward that advances calibration past this block computes with its residual too.
+      if (const auto& rt = residual_tensors[w.name]; !rt.empty()) {
+        TensorSet linked;
+        linked.path = "(quantized '" + w.name + "')";
+        linked.add(quantized.back());
+        for (const Tensor& t : rt) linked.add(t);
+        ResidualView v;
+        if (find_residual(linked, quantized.back(), &v)) m->residuals[&quantized.back()] = v;
+      }
     }
   };
 
@@ -311,10 +395,13 @@ QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev
   meta.set_u32("general.file_type", llama_file_type(rp.dominant_block_type()));
   meta.set_u32("general.quantization_version", 2);
   if (rotation) write_hadamard(*rotation, meta);
+  if (o.residual.kind != ResidualKind::none) write_residual_keys(o.residual, meta);
   std::vector<Tensor> out;
   for (const Tensor& t : m->file.tensors) {
-    if (auto it = by_name.find(t.name); it != by_name.end()) out.push_back(*it->second);
-    else if (t.ne.size() < 2 && t.type != TypeId::F32) out.push_back(convert_tensor(t, TypeId::F32, m->file));
+    if (auto it = by_name.find(t.name); it != by_name.end()) {
+      out.push_back(*it->second);
+      for (const Tensor& r : residual_tensors[t.name]) out.push_back(r);
+    } else if (t.ne.size() < 2 && t.type != TypeId::F32) out.push_back(convert_tensor(t, TypeId::F32, m->file));
     else out.push_back(t);
   }
   if (o.output.ends_with(".bonsai")) {
@@ -329,6 +416,8 @@ QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev
       j["type"] = traits(e.type).name;
       if (e.method) j["method"] = method_name(*e.method);
       j["rel_output_error"] = e.rel_error;
+      if (e.stage1_error) j["stage1_rel_output_error"] = *e.stage1_error, j["plus2_share"] = e.plus2_share;
+      if (e.grid_error) j["grid_rel_output_error"] = *e.grid_error, j["residual_bytes"] = e.residual_bytes;
       j["measure"] = e.gram ? "gram" : "importance";
       errs[e.name] = j;
     }

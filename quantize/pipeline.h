@@ -14,6 +14,7 @@
 
 #include "calibrate/runner.h"
 #include "quantize/plan.h"
+#include "quantize/residual.h"
 #include "quantize/ternary.h"
 #include "runtime/model.h"
 
@@ -35,6 +36,9 @@ struct QuantizeOptions {
   std::string stats_path;  // load when the file exists, else save there after calibrating
   uint64_t seed = 0;       // rotation signs and calibration windows (datasets::sample_windows)
   bool dry_run = false;    // resolve and report the plan, nothing else
+  std::optional<TypeId> ternary_type;  // --type: the plan's ternary tensors become this type
+  ResidualOptions residual;            // --residual, --rc-dim, --rc-size, --rc-rows
+  std::string from;                    // --from: a saved stage-1 result (GGUF or .bonsai) to start stage 2 from
 };
 
 struct QuantizeEvents {
@@ -48,6 +52,15 @@ struct WeightError {
   std::optional<Method> method;
   double rel_error = 0;  // relative output error
   bool gram = false;     // measured with the Gram matrix (else importance-weighted)
+  // PQ2_0 (stage 2): the stage-1 (ternary) error on the same statistics, and the share of codes
+  // on the fourth level (+2, stored code 3). rel_error is the stage-2 result's, never above.
+  std::optional<double> stage1_error;
+  double plus2_share = 0;
+  int64_t elements = 0;
+  // With a residual: the error of the base alone (rel_error is then that of base + R̂), and the
+  // residual's stored bytes (codebooks, indices, μ/σ).
+  std::optional<double> grid_error;
+  uint64_t residual_bytes = 0;
 };
 
 struct QuantizeResult {

@@ -306,6 +306,14 @@ void apply_overrides(Plan& plan, const PlanOverrides& o) {
     add("--token-embedding-type " + o.token_embd_type, "^token_embd\\.weight$", o.token_embd_type, true);
 }
 
+void set_ternary_type(Plan& plan, TypeId type) {
+  if (!is_ternary(type))
+    throw Error(cat("--type ", traits(type).name, " is not a ternary type (PTQ1_0 or PQ2_0): name other types in a plan"));
+  if (is_ternary(plan.default_type)) plan.default_type = type;
+  for (PlanRule& r : plan.rules)
+    if (is_ternary(r.type)) r.type = type;
+}
+
 ResolvedPlan resolve_plan(const Plan& plan, const std::vector<Tensor>& tensors, int64_t n_layer,
                           std::optional<Method> method, Method fallback) {
   ResolvedPlan r;

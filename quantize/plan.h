@@ -37,6 +37,10 @@ struct Plan {
   std::vector<PlanRule> rules;
 };
 
+// `bonsai quantize --type`: every ternary type the plan names (its default and its rules) becomes
+// `type` (PTQ1_0 or PQ2_0; Error otherwise), so one plan serves stage 1 and stage 2.
+void set_ternary_type(Plan& plan, TypeId type);
+
 // The types a plan may name.
 bool plan_type_allowed(TypeId t);
 bool is_ternary(TypeId t);  // PTQ1_0, PQ2_0: quantized by the calibrated methods

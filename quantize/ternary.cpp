@@ -7,6 +7,7 @@
 #include "formats/error.h"
 #include "formats/fp16.h"
 #include "quantize/gptq.h"
+#include "quantize/grid4.h"
 #include "quantize/group_fit.h"
 
 namespace bonsai::quant {
@@ -35,7 +36,6 @@ void validate(const MatrixIn& in, Method method, const MethodOptions& opts) {
     for (int64_t j = 0; j < in.cols; ++j)
       if (!(in.importance[j] >= 0.0f) || !std::isfinite(in.importance[j]))
         bad("importance of column ", j, " = ", in.importance[j], " (must be a finite E[x²] >= 0)");
-  if (opts.four_levels) bad("four_levels (PQ2_0's +2 code) is a stage-2 option, not available yet");
   if (method != Method::gptq) return;
   if (!in.gram)
     bad("method gptq needs the Gram matrix E[x xᵀ] of the layer's input (calibration with Gram "
@@ -49,20 +49,23 @@ void validate(const MatrixIn& in, Method method, const MethodOptions& opts) {
   }
 }
 
-// rtn, absmean, optimal: every (row, group) on its own.
-void per_group(const MatrixIn& in, Method method, TernaryMatrix& out) {
+// rtn, absmean, optimal: every (row, group) on its own; with four_levels, stage 2's grid Lloyd
+// starts from each group's stage-1 result.
+void per_group(const MatrixIn& in, Method method, bool four_levels, TernaryMatrix& out) {
   const int64_t groups = in.cols / kGroup;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < in.rows; ++r)
     for (int64_t g = 0; g < groups; ++g) {
       const float* w = in.w + r * in.cols + g * kGroup;
+      const float* a = in.importance ? in.importance + g * kGroup : nullptr;
       int8_t* c = out.codes.data() + r * in.cols + g * kGroup;
       uint16_t& d = out.scales[size_t(r * groups + g)];
       switch (method) {
         case Method::rtn: d = fit_rtn(w, kGroup, c); break;
         case Method::absmean: d = fit_absmean(w, kGroup, c); break;
-        default: d = fit_optimal(w, in.importance ? in.importance + g * kGroup : nullptr, kGroup, c); break;
+        default: d = fit_optimal(w, a, kGroup, c); break;
       }
+      if (four_levels) d = refine_grid4(w, a, kGroup, c, d);
     }
 }
 
@@ -93,7 +96,7 @@ TernaryMatrix quantize_ternary(const MatrixIn& in, Method method, const MethodOp
   if (method == Method::gptq)
     gptq_ternary(in, opts, out);
   else
-    per_group(in, method, out);
+    per_group(in, method, opts.four_levels, out);
   return out;
 }
 
@@ -118,8 +121,10 @@ std::vector<uint8_t> TernaryMatrix::pack(TypeId type) const {
   if (!pack_block) bad("cannot pack ternary codes as ", traits(type).name, " (PTQ1_0 or PQ2_0)");
   const TypeTraits& t = traits(type);
   static_assert(QK_PTQ1_0 == kGroup && QK_PQ2_0 == kGroup, "one block per group");
+  // PQ2_0 has a fourth level (+2, stored code 3); PTQ1_0 has three.
+  const int8_t top = type == TypeId::PQ2_0 ? 2 : 1;
   for (const int8_t c : codes)
-    if (c < -1 || c > 1) bad("code ", int(c), " is not ternary");
+    if (c < -1 || c > top) bad("code ", int(c), " does not fit ", t.name, " (codes -1..", int(top), ")");
   std::vector<uint8_t> bytes(size_t(rows * (cols / kGroup) * t.block_bytes));
   for (size_t b = 0; b < scales.size(); ++b)
     pack_block(codes.data() + b * size_t(kGroup), scales[b], bytes.data() + b * size_t(t.block_bytes));

@@ -30,10 +30,14 @@ struct MatrixIn {
 struct MethodOptions {
   double gptq_damp = 0.01;      // λ = damp · mean(diag G) added to the diagonal
   int64_t gptq_block = 128;     // columns per lazy-update block
-  bool four_levels = false;     // stage 2: allow code +2 (PQ2_0's fourth level) — later
+  // Stage 2 (quantize/grid4.h): PQ2_0's grid {-1, 0, +1, +2}·d, d of either sign. Per-group
+  // methods refine their stage-1 result by Lloyd iterations; gptq uses the grid inside its error
+  // feedback. The result packs only as PQ2_0.
+  bool four_levels = false;
 };
 
-// Codes (rows × cols, values in {-1, 0, +1}) and fp16 scales (rows × cols/128) of a matrix.
+// Codes (rows × cols, values in {-1, 0, +1}, or {-1, 0, +1, +2} with four_levels) and fp16
+// scales (rows × cols/128; negative only with four_levels) of a matrix.
 struct TernaryMatrix {
   int64_t rows = 0, cols = 0;
   std::vector<int8_t> codes;

@@ -9,6 +9,11 @@ std::unique_ptr<Backend> make_cpu_backend(int threads);
 std::unique_ptr<Backend> make_cuda_backend(int device);  // runtime/cuda/backend_cuda.cu
 #endif
 
+void Backend::matmul_residual(const ResidualView& r, const float*, int64_t, float*) {
+  throw Error(cat("the ", name(), " backend does not support residual codebooks ('", r.base,
+                  "' has them): run this file on the cpu backend"));
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
   if (device == "cpu") return make_cpu_backend(threads);
   if (device == "cuda" || device.rfind("cuda:", 0) == 0) {

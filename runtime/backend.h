@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/residual.h"
 #include "formats/tensor_set.h"
 #include "runtime/hadamard.h"
 
@@ -25,6 +26,9 @@ class Backend {
   virtual void embed(const Tensor& table, const int32_t* ids, int64_t n, float* out) = 0;
   // y[t][r] = sum_k W[r][k] x[t][k] for t < n.
   virtual void matmul(const Tensor& w, const float* x, int64_t n, float* y) = 0;
+  // y[t][r] += (R̂ x_t)[r]: a weight's residual codebooks (formats/residual.h), after its matmul.
+  // The default refuses (Error naming the backend and tensor): a backend without the kernels.
+  virtual void matmul_residual(const ResidualView& r, const float* x, int64_t n, float* y);
   // y = x / rms(x) * weight, per row of width dim (in place allowed).
   virtual void rmsnorm(const float* x, const std::vector<float>& weight, int64_t rows, int64_t dim, float eps,
                        float* y) = 0;

@@ -11,6 +11,7 @@
 #include "runtime/cpu/bandwidth.h"
 #include "runtime/cpu/matmul.h"
 #include "runtime/cpu/ops.h"
+#include "runtime/cpu/residual.h"
 
 namespace bonsai {
 namespace {
@@ -34,6 +35,9 @@ class CpuBackend final : public Backend {
     cpu::get_rows(table, ids, n, out);
   }
   void matmul(const Tensor& w, const float* x, int64_t n, float* y) override { cpu::matmul(w, x, n, y); }
+  void matmul_residual(const ResidualView& r, const float* x, int64_t n, float* y) override {
+    cpu::residual_matmul(r, x, n, y);
+  }
 
   void rmsnorm(const float* x, const std::vector<float>& weight, int64_t rows, int64_t dim, float eps,
                float* y) override {

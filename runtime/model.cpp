@@ -101,6 +101,35 @@ std::vector<float> to_f32(const TensorSet& ts, const Tensor& t) {
 
 }  // namespace
 
+namespace {
+
+// The residual codebooks of the block weights (formats/residual.h validates them against their
+// base); the scheme key, when present, must agree with the tensors found.
+void load_residuals(Model& m) {
+  const TensorSet& f = m.file;
+  const KvValue* scheme = f.meta.find("bonsai.residual.scheme");
+  for (const LayerWeights& l : m.layers)
+    for (const Tensor* w : {l.wq, l.wk, l.wv, l.wo, l.gate, l.up, l.down}) {
+      ResidualView v;
+      if (!find_residual(f, *w, &v)) continue;
+      const auto want = scheme ? f.meta.get_str("bonsai.residual.scheme") : std::nullopt;
+      if (!want) fail(f.path, "'", w->name, "' has residual tensors but the file has no string bonsai.residual.scheme key");
+      if (*want != residual_scheme_name(v.scheme))
+        fail(f.path, "bonsai.residual.scheme is '", *want, "' but the residual tensors of '", w->name, "' are ",
+             residual_scheme_name(v.scheme));
+      m.residuals.emplace(w, v);
+    }
+  for (const Tensor& t : f.tensors)
+    for (const char* suffix : {kRcCodebookSuffix, kRcIndexSuffix})
+      if (t.name.ends_with(suffix)) {
+        const Tensor* base = f.find(t.name.substr(0, t.name.size() - std::string(suffix).size()));
+        if (!base || !m.residuals.count(base))
+          fail(f.path, "residual tensor '", t.name, "' refines no block weight of the model");
+      }
+}
+
+}  // namespace
+
 std::unique_ptr<Model> load_model(TensorSet ts) {
   auto m = std::make_unique<Model>();
   m->file = std::move(ts);
@@ -145,6 +174,7 @@ std::unique_ptr<Model> load_model(TensorSet ts) {
     }
     m->layers.push_back(std::move(l));
   }
+  load_residuals(*m);
   m->hadamard = read_hadamard(f.meta, f.path);
   if (!m->hadamard.empty()) {
     for (const auto& name : m->hadamard.weights) {

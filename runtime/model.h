@@ -5,8 +5,10 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "formats/residual.h"
 #include "formats/tensor_set.h"
 #include "runtime/hadamard.h"
 
@@ -36,6 +38,8 @@ struct Model {
   std::vector<float> output_norm;
   std::vector<LayerWeights> layers;
   HadamardSpec hadamard;  // empty unless the file declares prism.hadamard.*
+  // Block weights with residual codebooks (bonsai.residual.*): W·x = Ŵ·x + R̂·x.
+  std::unordered_map<const Tensor*, ResidualView> residuals;
 };
 
 // Every tensor the architecture has, with its ggml shape: the one list load_model validates

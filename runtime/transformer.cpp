@@ -36,6 +36,7 @@ void Session::linear(const Tensor& w, float* x, int64_t n, float* y, float* scra
   }
   if (observer_) observer_(w, x, n);
   be_.matmul(w, x, n, y);
+  if (const auto it = m_.residuals.find(&w); it != m_.residuals.end()) be_.matmul_residual(it->second, x, n, y);
 }
 
 void Session::run_block(int64_t l, float* x, int64_t n) {

@@ -53,6 +53,7 @@ void with_weight_type(TypeId t, F&& f) {
     case TypeId::TQ2_0: return f(BlockType<block_tq2_0>{});
     case TypeId::PQ2_0: return f(BlockType<block_pq2_0>{});
     case TypeId::PTQ1_0: return f(BlockType<block_ptq1_0>{});
+    case TypeId::I8: break;  // residual index streams, not weights
   }
   throw Error(cat("the CUDA backend has no kernel for type ", traits(t).name));
 }

@@ -117,6 +117,7 @@ double allowed_error(const TypeTraits& t, const float* x) {
 TEST(Codecs, RandomBlocksRoundTripWithinHalfStep) {
   std::mt19937 rng(42);
   for (const TypeTraits& t : all_types()) {
+    if (t.id == TypeId::I8) continue;  // integers: Codecs.I8RoundsAndSaturates
     for (double sigma : {1e-3, 0.02, 1.0, 300.0}) {
       std::normal_distribution<float> nd(0.0f, float(sigma));
       std::vector<float> x(size_t(t.block_elems) * 8);
@@ -141,6 +142,15 @@ TEST(Codecs, RandomBlocksRoundTripWithinHalfStep) {
       }
     }
   }
+}
+
+TEST(Codecs, I8RoundsAndSaturates) {
+  const TypeTraits& t = traits(TypeId::I8);
+  const std::vector<float> x = {0.0f, 1.4f, -1.5f, 2.5f, 127.0f, 300.0f, -129.0f, -0.49f};
+  const std::vector<float> want = {0.0f, 1.0f, -2.0f, 3.0f, 127.0f, 127.0f, -128.0f, 0.0f};
+  std::vector<uint8_t> bytes;
+  EXPECT_EQ(encode_decode(t, x, &bytes), want);
+  EXPECT_EQ(bytes[2], 0xfe);  // two's complement, one byte per element
 }
 
 TEST(Codecs, AdversarialBlocks) {

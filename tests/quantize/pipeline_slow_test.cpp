@@ -12,6 +12,8 @@
 
 #include "formats/error.h"
 #include "formats/model_file.h"
+#include "formats/residual.h"
+#include "quantize/grid4.h"
 #include "quantize/pipeline.h"
 #include "quantize/provenance.h"
 #include "quantize/rotate.h"
@@ -173,4 +175,123 @@ TEST(ZhTiny, CalibratedPtq1EndToEndAndStatisticsReuse) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("rotation"), std::string::npos) << e.what();
   }
+}
+
+// Stage 2, data-free (rtn, so no calibration forward): `--type pq2_0` writes a pure PrismML PQ2_0
+// GGUF whose blocks pass the golden decoder round trip tensor by tensor (formats' decoder ->
+// canonical re-encode -> the same bytes) and the summary reports the share of code 3; with
+// `--residual kmeans` the file carries linked residual tensors and bonsai.residual.* keys, and the
+// runtime's lookup-table path gives the perplexity of the dequantised reference (every block
+// weight replaced by F32 Ŵ + R̂, no residual tensors).
+TEST(ZhTinyStage2, Pq2GridFileIsCanonicalAndResidualMatchesTheDequantisedReference) {
+  BONSAI_REQUIRE_SHARED(kModel);
+  BONSAI_REQUIRE_SHARED(kEval);
+  const auto dir = test::scratch_dir();
+  const std::string model = test::shared_file(kModel).string(), pq2 = (dir / "pq2.gguf").string();
+
+  std::string log;
+  ASSERT_EQ(test::run_bonsai("quantize -m " + model + " -o " + pq2 + " --method rtn --type pq2_0", &log), 0) << log;
+  EXPECT_NE(log.find("code 3 (+2d) share over the PQ2_0 weights"), std::string::npos) << log;
+  EXPECT_NE(log.find("PrismML's layout (type 142)"), std::string::npos) << log;
+  const TensorSet g = open_model(pq2);
+  EXPECT_EQ(g.meta.get_int("general.file_type"), 141);  // llama.cpp's file type of PQ2_0
+  EXPECT_FALSE(g.meta.has("bonsai.residual.scheme"));
+  int blocks = 0;
+  int64_t plus2 = 0, total = 0;
+  const TypeTraits& tt = traits(TypeId::PQ2_0);
+  for (const Tensor& t : g.tensors) {
+    EXPECT_EQ(t.name.find(".rc_"), std::string::npos) << t.name;
+    if (t.type != TypeId::PQ2_0) continue;
+    ++blocks;
+    std::vector<float> y(size_t(t.nelements()));
+    tt.to_float(t.data, y.data(), t.nelements());
+    TernaryMatrix q;
+    q.rows = t.rows();
+    q.cols = t.ne[0];
+    q.codes.resize(y.size());
+    q.scales.resize(y.size() / kGroup);
+    for (size_t b = 0; b < q.scales.size(); ++b)
+      q.scales[b] = reencode_grid4(y.data() + b * kGroup, kGroup, q.codes.data() + b * kGroup);
+    const auto again = q.pack(TypeId::PQ2_0);
+    ASSERT_EQ(again.size(), t.nbytes) << t.name;
+    EXPECT_EQ(std::memcmp(again.data(), t.data, t.nbytes), 0) << t.name;
+    plus2 += int64_t(share_of_plus2(q) * double(q.codes.size()) + 0.5);
+    total += int64_t(q.codes.size());
+  }
+  EXPECT_EQ(blocks, 42);
+  EXPECT_GT(plus2, 0);
+  EXPECT_LT(plus2, total / 5);
+
+  // --from: stage 2 started from a saved stage-1 result gives the same tensors as one job.
+  const std::string s1 = (dir / "s1.bonsai").string(), from = (dir / "from.gguf").string();
+  ASSERT_EQ(test::run_bonsai("quantize -m " + model + " -o " + s1 + " --method rtn", &log), 0) << log;
+  ASSERT_EQ(test::run_bonsai("quantize -m " + model + " -o " + from + " --method rtn --type pq2_0 --from " + s1, &log), 0)
+      << log;
+  const TensorSet f = open_model(from);
+  for (const Tensor& t : g.tensors) {
+    const Tensor& u = f.get(t.name);
+    ASSERT_EQ(u.nbytes, t.nbytes) << t.name;
+    EXPECT_EQ(std::memcmp(u.data, t.data, t.nbytes), 0) << t.name;
+  }
+  log.clear();
+  EXPECT_NE(test::run_bonsai("quantize -m " + model + " -o " + (dir / "x.gguf").string() + " --method rtn --type pq2_0 --from " +
+                                 pq2,
+                             &log),
+            0);
+  EXPECT_NE(log.find("it is a stage-2 result"), std::string::npos) << log;
+
+  // The residual: .bonsai with linked tensors, loaded and run through the lookup tables.
+  const std::string rc = (dir / "rc.bonsai").string();
+  log.clear();
+  ASSERT_EQ(test::run_bonsai("quantize -m " + model + " -o " + rc +
+                                 " --method rtn --type pq2_0 --residual kmeans --rc-dim 8 --rc-size 16 --rc-rows 64",
+                             &log),
+            0)
+      << log;
+  EXPECT_NE(log.find("loads only in bonsai"), std::string::npos) << log;
+  const auto m = load_model(rc);
+  ASSERT_EQ(m->residuals.size(), 42u);
+  EXPECT_EQ(m->file.meta.get_str("bonsai.residual.scheme"), std::optional<std::string>("kmeans"));
+
+  // Both sides in F32, so the only difference is the product: (a) each block weight's base
+  // decoded to F32 with its residual tensors kept (the lookup-table path), (b) each block weight
+  // expanded to F32 Ŵ + R̂ without residual tensors (the dequantised reference).
+  auto f32_model = [&](bool expand) {
+    TensorSet ts;
+    ts.path = expand ? "(dequantised reference)" : "(F32 base + residual)";
+    ts.format = "gguf";
+    ts.meta = m->file.meta;
+    for (const Tensor& t : m->file.tensors) {
+      if (t.name.ends_with(kRcCodebookSuffix) || t.name.ends_with(kRcIndexSuffix)) {
+        if (!expand) ts.add(t);
+        continue;
+      }
+      ResidualView v;
+      if (!find_residual(m->file, t, &v)) {
+        ts.add(t);
+        continue;
+      }
+      std::vector<float> w(size_t(t.nelements()));
+      traits(t.type).to_float(t.data, w.data(), t.nelements());
+      if (expand) {
+        const auto r = v.dequantize();
+        for (size_t i = 0; i < w.size(); ++i) w[i] += r[i];
+      }
+      Tensor f = t;
+      f.type = TypeId::F32;
+      f.nbytes = w.size() * 4;
+      uint8_t* d = ts.alloc(f.nbytes);
+      std::memcpy(d, w.data(), f.nbytes);
+      f.data = d;
+      ts.add(f);
+    }
+    return load_model(std::move(ts));
+  };
+  const auto lut = f32_model(false), ref = f32_model(true);
+  EXPECT_EQ(lut->residuals.size(), 42u);
+  EXPECT_TRUE(ref->residuals.empty());
+  const double p_lut = ppl(*lut, 2).ppl, p_ref = ppl(*ref, 2).ppl;
+  EXPECT_NEAR(p_lut, p_ref, 1e-4 * p_ref);
+  const double p_rc = ppl(*m, 2).ppl, p_grid = ppl(*load_model(pq2), 2).ppl;
+  EXPECT_NE(p_rc, p_grid);  // the residual is applied
 }

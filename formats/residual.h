@@ -1,0 +1,71 @@
+// Residual codebooks (bonsai's stage-2 extension, docs/formats/bonsai.md §9): tensors linked to a
+// base matrix W (ne = [cols, rows]) that add R̂ to it, W·x = Ŵ_base·x + R̂·x.
+//
+//   kmeans:  <base>.rc_codebook  F16 [dim, size, books]  books codebooks of `size` centroids of
+//                                                         `dim` consecutive inputs; codebook b
+//                                                         serves rows [b·rows/books, (b+1)·rows/books)
+//            <base>.rc_index     I8  [row_bytes, rows]    per row, cols/dim indices of
+//                                                         index_bits(size) bits, LSB first
+//   pattern: <base>.rc_codebook  F16 [128, 4, 1]         4 patterns of a whole 128-group
+//            <base>.rc_index     I8  [row_bytes, rows]    per row, cols/128 2-bit indices
+//            <base>.group_params F16 [2, cols/128, rows]  per group (μ, σ): R̂ = μ + σ·pattern
+//
+// This header knows bytes only: the view checks every shape, type and index against the base
+// (named errors) and decodes; quantize/ writes these tensors, runtime/ computes with them.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats/tensor_set.h"
+
+namespace bonsai {
+
+enum class ResidualScheme { kmeans, pattern };
+const char* residual_scheme_name(ResidualScheme s);
+
+constexpr const char* kRcCodebookSuffix = ".rc_codebook";
+constexpr const char* kRcIndexSuffix = ".rc_index";
+constexpr const char* kRcParamsSuffix = ".group_params";
+constexpr int64_t kRcGroup = 128;  // a sub-vector never crosses a group of 128 inputs
+
+// Bits of one index into a codebook of `size` centroids: ceil(log2 size), at least 1.
+int index_bits(int64_t size);
+// Bytes of one row of n indices of `bits` bits (rows start on a byte).
+uint64_t index_row_bytes(int64_t n, int bits);
+// Packs n indices (each < 2^bits) LSB first.
+void pack_indices(const uint32_t* idx, int64_t n, int bits, uint8_t* row);
+inline uint32_t index_at(const uint8_t* row, int64_t i, int bits) {
+  const uint64_t bit = uint64_t(i) * uint64_t(bits);
+  uint32_t v = 0;
+  for (int k = 0; k < bits; ++k) v |= uint32_t((row[(bit + uint64_t(k)) >> 3] >> ((bit + uint64_t(k)) & 7)) & 1u) << k;
+  return v;
+}
+
+// A validated residual of one base matrix (pointers into the tensors' data).
+struct ResidualView {
+  ResidualScheme scheme = ResidualScheme::kmeans;
+  std::string base;
+  int64_t rows = 0, cols = 0;
+  int64_t dim = 0, size = 0, books = 0;  // books = codebooks; rows per codebook = rows / books
+  int bits = 0;
+  uint64_t row_bytes = 0;               // of the index stream
+  const uint16_t* codebook = nullptr;   // fp16 [books][size][dim]
+  const uint8_t* indices = nullptr;     // rows × row_bytes
+  const uint16_t* params = nullptr;     // pattern: fp16 [rows][cols/128][2] = (μ, σ)
+
+  int64_t rows_per_book() const { return rows / books; }
+  uint32_t index(int64_t r, int64_t i) const { return index_at(indices + uint64_t(r) * row_bytes, i, bits); }
+  // R̂ as rows × cols floats.
+  std::vector<float> dequantize() const;
+  uint64_t stored_bytes() const;  // codebook + index + params
+};
+
+// The residual of `base` in `ts`, or false when it has none (no <base>.rc_codebook). Errors,
+// naming ts.path and the tensor: an index or params tensor without its codebook, a wrong type, a
+// shape that does not match the base, a codebook group count that does not divide the base's
+// rows, a sub-vector dimension that does not divide 128, an index >= the codebook size,
+// a non-finite centroid or parameter.
+bool find_residual(const TensorSet& ts, const Tensor& base, ResidualView* out);
+
+}  // namespace bonsai

@@ -1,0 +1,348 @@
+#include "quantize/residual.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "formats/error.h"
+#include "formats/fp16.h"
+#include "quantize/gptq.h"
+
+namespace bonsai::quant {
+namespace {
+
+constexpr int64_t kPatternSize = 4;
+
+template <typename... Args>
+[[noreturn]] void bad(const Args&... what) {
+  throw Error(cat("quantize: residual: ", what...));
+}
+
+// Vectors of one k-means problem: x[i] (dim floats) with per-coordinate weights w[i] (dim floats,
+// pointing into the importance; the same few rows repeat, so no copy).
+struct Points {
+  int64_t n = 0, dim = 0;
+  std::vector<float> x;
+  std::vector<const float*> w;
+};
+
+double dist(const float* x, const float* w, const float* c, int64_t dim) {
+  double s = 0.0;
+  for (int64_t k = 0; k < dim; ++k) {
+    const double d = double(x[k]) - double(c[k]);
+    s += double(w[k]) * d * d;
+  }
+  return s;
+}
+
+int64_t nearest(const Points& p, int64_t i, const std::vector<float>& c, int64_t size) {
+  const float* x = p.x.data() + i * p.dim;
+  int64_t best = 0;
+  double bd = std::numeric_limits<double>::infinity();
+  for (int64_t k = 0; k < size; ++k) {
+    const double d = dist(x, p.w[size_t(i)], c.data() + k * p.dim, p.dim);
+    if (d < bd) bd = d, best = k;
+  }
+  return best;
+}
+
+// Importance-weighted k-means: k-means++ start (seeded), Lloyd until no assignment changes or
+// `iterations`; the centroids end rounded to fp16 (what is stored).
+std::vector<float> kmeans(const Points& p, int64_t size, int iterations, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> c(size_t(size * p.dim), 0.0f);
+  std::vector<double> d2(size_t(p.n), std::numeric_limits<double>::infinity());
+  int64_t pick = int64_t(rng() % uint64_t(p.n));
+  for (int64_t k = 0; k < size; ++k) {
+    std::copy_n(p.x.data() + pick * p.dim, p.dim, c.data() + k * p.dim);
+    double total = 0.0;
+    for (int64_t i = 0; i < p.n; ++i) {
+      d2[size_t(i)] = std::min(d2[size_t(i)], dist(p.x.data() + i * p.dim, p.w[size_t(i)], c.data() + k * p.dim, p.dim));
+      total += d2[size_t(i)];
+    }
+    if (!(total > 0.0)) break;  // every point is a centroid already: the rest stay at zero
+    double u = std::uniform_real_distribution<double>(0.0, total)(rng);
+    pick = p.n - 1;
+    for (int64_t i = 0; i < p.n; ++i)
+      if ((u -= d2[size_t(i)]) <= 0.0) {
+        pick = i;
+        break;
+      }
+  }
+  std::vector<int64_t> assign(size_t(p.n), -1);
+  std::vector<double> num, den;
+  for (int it = 0; it < iterations; ++it) {
+    bool changed = false;
+#pragma omp parallel for schedule(static) reduction(|| : changed)
+    for (int64_t i = 0; i < p.n; ++i) {
+      const int64_t a = nearest(p, i, c, size);
+      changed = changed || a != assign[size_t(i)];
+      assign[size_t(i)] = a;
+    }
+    if (!changed) break;
+    num.assign(size_t(size * p.dim), 0.0);
+    den.assign(size_t(size * p.dim), 0.0);
+    for (int64_t i = 0; i < p.n; ++i) {
+      const int64_t a = assign[size_t(i)];
+      for (int64_t k = 0; k < p.dim; ++k) {
+        num[size_t(a * p.dim + k)] += double(p.w[size_t(i)][k]) * p.x[size_t(i * p.dim + k)];
+        den[size_t(a * p.dim + k)] += double(p.w[size_t(i)][k]);
+      }
+    }
+    for (size_t j = 0; j < c.size(); ++j)
+      if (den[j] > 0.0) c[j] = float(num[j] / den[j]);  // an empty coordinate keeps its value
+  }
+  for (float& v : c) v = fp16_to_f32(f32_to_fp16(v));
+  return c;
+}
+
+std::vector<uint16_t> to_fp16(const std::vector<float>& v) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_fp16(v[i]);
+  return h;
+}
+
+// Unit weights where the calibration says nothing (no statistics, or none for these inputs).
+std::vector<float> weights_of(const MatrixIn& in) {
+  std::vector<float> a(size_t(in.cols), 1.0f);
+  if (in.importance && std::any_of(in.importance, in.importance + in.cols, [](float v) { return v > 0.0f; }))
+    std::copy_n(in.importance, in.cols, a.begin());
+  return a;
+}
+
+// Assigns every row's sub-vectors left to right: `choose(row, p, target, weights, recon)` picks
+// the stored reconstruction of sub-vector p (returns its index, writes its dim values to recon).
+// With a Gram matrix the choice is followed by GPTQ's error feedback: the rounding error of each
+// column goes onto the row's later columns through U (the factor of the damped H⁻¹), so later
+// choices compensate earlier ones in the output-error metric ‖X(R − R̂)ᵀ‖² rather than in the
+// diagonal one (which, for a GPTQ base whose residual is itself compensating, makes the output
+// error worse). Weights: 1/U_jj² with feedback (the error each column leaves), else E[x²].
+template <typename Choose>
+void assign_rows(const MatrixIn& in, const std::vector<float>& r, const std::vector<float>& a, int64_t dim, int bits,
+                 std::vector<uint8_t>& index, Choose&& choose) {
+  const int64_t cols = in.cols, per_row = cols / dim;
+  const uint64_t rb = index_row_bytes(per_row, bits);
+  index.assign(size_t(uint64_t(in.rows) * rb), 0);
+  const std::vector<float> u = in.gram ? gptq_inverse_factor(in, MethodOptions{}.gptq_damp) : std::vector<float>{};
+  std::vector<float> w = a;
+  if (!u.empty())
+    for (int64_t j = 0; j < cols; ++j) w[size_t(j)] = 1.0f / (u[size_t(j * cols + j)] * u[size_t(j * cols + j)]);
+#pragma omp parallel
+  {
+    std::vector<float> t(static_cast<size_t>(cols)), recon(static_cast<size_t>(dim));
+    std::vector<uint32_t> idx(static_cast<size_t>(per_row));
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t row = 0; row < in.rows; ++row) {
+      std::copy_n(r.data() + row * cols, cols, t.begin());
+      for (int64_t p = 0; p < per_row; ++p) {
+        idx[size_t(p)] = choose(row, p, t.data() + p * dim, w.data() + p * dim, recon.data());
+        if (u.empty()) continue;
+        for (int64_t k = 0; k < dim; ++k) {
+          const int64_t j = p * dim + k;
+          const float* uj = u.data() + j * cols;
+          const float e = (t[size_t(j)] - recon[size_t(k)]) / uj[j];
+          for (int64_t jj = j + 1; jj < cols; ++jj) t[size_t(jj)] -= e * uj[jj];
+        }
+      }
+      pack_indices(idx.data(), per_row, bits, index.data() + uint64_t(row) * rb);
+    }
+  }
+}
+
+ResidualFit fit_kmeans(const MatrixIn& in, const std::vector<float>& r, const ResidualOptions& o) {
+  const int64_t g = o.rows == 0 ? in.rows : o.rows;
+  if (g <= 0 || in.rows % g != 0)
+    bad("--rc-rows ", o.rows, " does not divide the ", in.rows, " rows of the matrix (0 = all rows)");
+  ResidualFit f;
+  f.kind = ResidualKind::kmeans;
+  f.dim = o.dim;
+  f.size = o.size;
+  f.books = in.rows / g;
+  const int64_t per_row = in.cols / o.dim;
+  const std::vector<float> a = weights_of(in);
+  std::vector<float> books;  // fp16-rounded, as stored
+  for (int64_t b = 0; b < f.books; ++b) {
+    Points p;
+    p.dim = o.dim;
+    p.n = g * per_row;
+    p.x.assign(r.begin() + b * g * in.cols, r.begin() + (b + 1) * g * in.cols);  // rows are whole sub-vectors
+    p.w.resize(size_t(p.n));
+    for (int64_t i = 0; i < p.n; ++i) p.w[size_t(i)] = a.data() + (i % per_row) * o.dim;
+    std::vector<float> c = kmeans(p, std::min(o.size, p.n), o.iterations, o.seed + uint64_t(b));
+    c.resize(size_t(o.size * o.dim), 0.0f);
+    books.insert(books.end(), c.begin(), c.end());
+  }
+  f.codebook = to_fp16(books);
+  assign_rows(in, r, a, o.dim, index_bits(o.size), f.index,
+              [&](int64_t row, int64_t, const float* x, const float* w, float* recon) {
+                const float* book = books.data() + (row / g) * o.size * o.dim;
+                int64_t best = 0;
+                double bd = std::numeric_limits<double>::infinity();
+                for (int64_t k = 0; k < o.size; ++k) {
+                  const double d = dist(x, w, book + k * o.dim, o.dim);
+                  if (d < bd) bd = d, best = k;
+                }
+                std::copy_n(book + best * o.dim, o.dim, recon);
+                return uint32_t(best);
+              });
+  return f;
+}
+
+// (μ, σ) minimising Σ a (x − μ − σc)², rounded to fp16; returns the error with the rounded pair.
+double fit_affine(const float* x, const float* a, const float* c, int64_t n, uint16_t* mu, uint16_t* sigma) {
+  double sa = 0, sc = 0, scc = 0, sx = 0, scx = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    sa += a[k];
+    sc += double(a[k]) * c[k];
+    scc += double(a[k]) * c[k] * c[k];
+    sx += double(a[k]) * x[k];
+    scx += double(a[k]) * c[k] * x[k];
+  }
+  const double det = sa * scc - sc * sc;
+  double m = sa > 0 ? sx / sa : 0.0, s = 0.0;
+  if (det > 1e-12 * sa * scc) {
+    m = (scc * sx - sc * scx) / det;
+    s = (sa * scx - sc * sx) / det;
+  }
+  *mu = f32_to_fp16(float(m));
+  *sigma = f32_to_fp16(float(s));
+  const float mf = fp16_to_f32(*mu), sf = fp16_to_f32(*sigma);
+  if (!std::isfinite(mf) || !std::isfinite(sf)) *mu = *sigma = 0;
+  double e = 0.0;
+  for (int64_t k = 0; k < n; ++k) {
+    const double d = double(x[k]) - fp16_to_f32(*mu) - double(fp16_to_f32(*sigma)) * c[k];
+    e += a[k] * d * d;
+  }
+  return e;
+}
+
+ResidualFit fit_pattern(const MatrixIn& in, const std::vector<float>& r, const ResidualOptions& o) {
+  ResidualFit f;
+  f.kind = ResidualKind::pattern;
+  f.dim = kRcGroup;
+  f.size = kPatternSize;
+  f.books = 1;
+  const int64_t groups = in.cols / kRcGroup;
+  const std::vector<float> a = weights_of(in);
+  Points p;
+  p.dim = kRcGroup;
+  p.n = in.rows * groups;
+  p.x.resize(r.size());
+  p.w.resize(size_t(p.n));
+  for (int64_t i = 0; i < p.n; ++i) {
+    const float* x = r.data() + i * kRcGroup;
+    double mean = 0, sq = 0;
+    for (int64_t k = 0; k < kRcGroup; ++k) mean += x[k];
+    mean /= double(kRcGroup);
+    for (int64_t k = 0; k < kRcGroup; ++k) sq += (x[k] - mean) * (x[k] - mean);
+    const double sd = std::sqrt(sq / double(kRcGroup));
+    for (int64_t k = 0; k < kRcGroup; ++k) p.x[size_t(i * kRcGroup + k)] = sd > 0 ? float((x[k] - mean) / sd) : 0.0f;
+    p.w[size_t(i)] = a.data() + (i % groups) * kRcGroup;
+  }
+  const std::vector<float> c = kmeans(p, kPatternSize, o.iterations, o.seed);
+  f.codebook = to_fp16(c);
+  f.params.assign(size_t(p.n * 2), 0);
+  assign_rows(in, r, a, kRcGroup, index_bits(kPatternSize), f.index,
+              [&](int64_t row, int64_t gi, const float* x, const float* w, float* recon) {
+                // The best of the four patterns with its own (μ, σ); "no residual" (μ = σ = 0) competes.
+                double best = 0.0;
+                for (int64_t k = 0; k < kRcGroup; ++k) best += double(w[k]) * x[k] * x[k];
+                uint16_t bm = 0, bs = 0;
+                uint32_t bi = 0;
+                for (int64_t q = 0; q < kPatternSize; ++q) {
+                  uint16_t m, s;
+                  const double e = fit_affine(x, w, c.data() + q * kRcGroup, kRcGroup, &m, &s);
+                  if (e < best) best = e, bm = m, bs = s, bi = uint32_t(q);
+                }
+                const size_t i = size_t(row * groups + gi);
+                f.params[2 * i] = bm;
+                f.params[2 * i + 1] = bs;
+                const float mu = fp16_to_f32(bm), sigma = fp16_to_f32(bs);
+                for (int64_t k = 0; k < kRcGroup; ++k) recon[k] = mu + sigma * c[size_t(bi * kRcGroup + k)];
+                return bi;
+              });
+  return f;
+}
+
+Tensor make_tensor(const std::string& name, TypeId type, std::vector<int64_t> ne, const void* src, uint64_t nbytes,
+                   TensorSet& owner) {
+  Tensor t;
+  t.name = name;
+  t.type = type;
+  t.ne = std::move(ne);
+  t.nbytes = nbytes;
+  uint8_t* d = owner.alloc(nbytes);
+  std::memcpy(d, src, nbytes);
+  t.data = d;
+  return t;
+}
+
+}  // namespace
+
+ResidualKind parse_residual(const std::string& s) {
+  if (s == "none") return ResidualKind::none;
+  if (s == "kmeans") return ResidualKind::kmeans;
+  if (s == "pattern") return ResidualKind::pattern;
+  bad("unknown residual '", s, "' (known: none, kmeans, pattern)");
+}
+
+const char* residual_kind_name(ResidualKind k) {
+  return k == ResidualKind::kmeans ? "kmeans" : k == ResidualKind::pattern ? "pattern" : "none";
+}
+
+void validate_residual(const ResidualOptions& o) {
+  if (o.kind != ResidualKind::kmeans) return;
+  if (o.dim < 1 || kRcGroup % o.dim != 0) bad("--rc-dim ", o.dim, " does not divide the group of ", kRcGroup);
+  if (o.size < 2 || o.size > 65536) bad("--rc-size ", o.size, " is outside 2..65536");
+  if (o.rows < 0) bad("--rc-rows ", o.rows, " is negative (0 = all rows of each tensor)");
+  if (o.iterations < 1) bad("k-means iterations ", o.iterations, " must be >= 1");
+}
+
+ResidualFit fit_residual(const MatrixIn& in, const std::vector<float>& w_hat, const ResidualOptions& o) {
+  validate_residual(o);
+  if (o.kind == ResidualKind::none) bad("fit_residual called with --residual none");
+  if (in.cols % kRcGroup != 0 || w_hat.size() != size_t(in.rows * in.cols))
+    bad("a ", in.rows, " x ", in.cols, " matrix with ", w_hat.size(), " quantized weights (cols a multiple of 128)");
+  std::vector<float> r(w_hat.size());
+  for (size_t i = 0; i < r.size(); ++i) r[i] = in.w[i] - w_hat[i];
+  return o.kind == ResidualKind::pattern ? fit_pattern(in, r, o) : fit_kmeans(in, r, o);
+}
+
+std::vector<Tensor> ResidualFit::tensors(const Tensor& base, TensorSet& owner) const {
+  const int64_t rows = base.ne[1], per_row = base.ne[0] / dim;
+  const uint64_t rb = index.size() / uint64_t(rows);
+  std::vector<Tensor> out;
+  out.push_back(make_tensor(base.name + kRcCodebookSuffix, TypeId::F16, {dim, size, books}, codebook.data(),
+                            codebook.size() * 2, owner));
+  out.push_back(make_tensor(base.name + kRcIndexSuffix, TypeId::I8, {int64_t(rb), rows}, index.data(), index.size(), owner));
+  if (kind == ResidualKind::pattern)
+    out.push_back(make_tensor(base.name + kRcParamsSuffix, TypeId::F16, {2, per_row, rows}, params.data(),
+                              params.size() * 2, owner));
+  return out;
+}
+
+void write_residual_keys(const ResidualOptions& o, Metadata& meta) {
+  const bool pattern = o.kind == ResidualKind::pattern;
+  meta.set_str("bonsai.residual.scheme", residual_kind_name(o.kind));
+  meta.set_u32("bonsai.residual.vector_dim", uint32_t(pattern ? kRcGroup : o.dim));
+  meta.set_u32("bonsai.residual.codebook_size", uint32_t(pattern ? kPatternSize : o.size));
+  meta.set_u32("bonsai.residual.rows_per_codebook", uint32_t(pattern ? 0 : o.rows));
+}
+
+uint64_t ResidualFit::bytes() const { return codebook.size() * 2 + index.size() + params.size() * 2; }
+
+std::vector<float> residual_values(const ResidualFit& f, int64_t rows, int64_t cols) {
+  TensorSet ts;
+  ts.path = "(residual fit)";
+  Tensor base;
+  base.name = "w";
+  base.ne = {cols, rows};
+  for (Tensor& t : f.tensors(base, ts)) ts.add(std::move(t));
+  ResidualView v;
+  if (!find_residual(ts, base, &v)) bad("no residual tensors made");
+  return v.dequantize();
+}
+
+}  // namespace bonsai::quant
