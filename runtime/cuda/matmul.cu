@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "runtime/cuda/warp.cuh"
 #include "runtime/cuda/weight_types.cuh"
 
 namespace bonsai::cuda {
@@ -28,14 +29,6 @@ namespace {
 
 constexpr int kMaxVecTokens = 8;
 
-__device__ inline float warp_sum(float v) {
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ inline float warp_max(float v) {
-  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 // ---- n <= 8, quantized: int8 activations in code-byte order, lookup table, dp4a ----
 

@@ -1,4 +1,5 @@
 #include "runtime/cuda/ops.cuh"
+#include "runtime/cuda/warp.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -9,10 +10,6 @@ namespace {
 constexpr int kThreads = 256;
 unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
 
-__device__ inline float warp_sum(float v) {
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 __global__ void set_pos_kernel(int* pos, int value) { *pos = value; }
 
