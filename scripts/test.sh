@@ -10,7 +10,10 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBONSAI_WERROR=ON -DCMA
 cmake --build build -j "$jobs"
 ctest --test-dir build -j "$jobs" --output-on-failure
 # No -Werror here: GCC 12 reports false -Wmaybe-uninitialized inside <regex> under -fsanitize.
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBONSAI_SANITIZE=ON -DBONSAI_CUDA=OFF \
-  -DBONSAI_WERROR=OFF >/dev/null
+# -O1 -g1 (line tables: enough for ASan's stack traces) instead of RelWithDebInfo's -O2 -g: GCC
+# compiles the instrumented code about twice as fast (pipeline.cpp: 53 s instead of 121 s of CPU),
+# and this build was the larger half of CI's time. Assertions stay on here (no -DNDEBUG).
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -g1" -DBONSAI_SANITIZE=ON \
+  -DBONSAI_CUDA=OFF -DBONSAI_WERROR=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan -j "$jobs" --output-on-failure -LE slow
