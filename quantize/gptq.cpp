@@ -9,6 +9,7 @@
 #include "formats/fp16.h"
 #include "quantize/grid4.h"
 #include "quantize/group_fit.h"
+#include "quantize/scale_refit.h"
 
 namespace bonsai::quant {
 namespace {
@@ -109,48 +110,72 @@ void gptq_ternary(const MatrixIn& in, const MethodOptions& opts, TernaryMatrix& 
   std::vector<float> importance;
   const MatF hinv = damped_inverse_factor(in, opts.gptq_damp, dead, importance);
 
-  MatF w(rows, cols);
-  for (Index r = 0; r < rows; ++r)
-    for (Index j = 0; j < cols; ++j) w(r, j) = dead[size_t(j)] ? 0.0f : in.w[r * cols + j];
-
-  // Lazy batches hold whole groups, so a group's scales are fitted on weights that have all
-  // updates from the columns before it. The result does not depend on the block size (the lazy
-  // batch is an exact reordering of GPTQ's updates); only the speed does.
+  // One pass of GPTQ over the columns. With `fixed`, the group scales already in `out` are kept
+  // (a later pass: the codes are re-chosen, with error feedback, for the refitted scales).
   const Index block = (std::max<int64_t>(opts.gptq_block, 1) + kGroup - 1) / kGroup * kGroup;
-  std::vector<float> scale(static_cast<size_t>(rows));
-  Eigen::VectorXf err(rows);
-  MatF err_block;
-  for (Index i1 = 0; i1 < cols; i1 += block) {
-    const Index i2 = std::min(cols, i1 + block), count = i2 - i1;
-    err_block.resize(rows, count);
-    for (Index j = i1; j < i2; ++j) {
-      if (j % kGroup == 0) {
-        const Index g = j / kGroup;
+  auto pass = [&](bool fixed) {
+    MatF w(rows, cols);
+    for (Index r = 0; r < rows; ++r)
+      for (Index j = 0; j < cols; ++j) w(r, j) = dead[size_t(j)] ? 0.0f : in.w[r * cols + j];
+    // Lazy batches hold whole groups, so a group's scales are fitted on weights that have all
+    // updates from the columns before it. The result does not depend on the block size (the lazy
+    // batch is an exact reordering of GPTQ's updates); only the speed does.
+    std::vector<float> scale(static_cast<size_t>(rows));
+    Eigen::VectorXf err(rows);
+    MatF err_block;
+    for (Index i1 = 0; i1 < cols; i1 += block) {
+      const Index i2 = std::min(cols, i1 + block), count = i2 - i1;
+      err_block.resize(rows, count);
+      for (Index j = i1; j < i2; ++j) {
+        if (j % kGroup == 0) {
+          const Index g = j / kGroup;
 #pragma omp parallel
-        {
-          std::vector<float> wg(kGroup);
-          std::vector<int8_t> scratch(kGroup);
+          {
+            std::vector<float> wg(kGroup);
+            std::vector<int8_t> scratch(kGroup);
 #pragma omp for schedule(static)
-          for (Index r = 0; r < rows; ++r) {
-            for (Index k = 0; k < kGroup; ++k) wg[size_t(k)] = w(r, j + k);
-            uint16_t d = fit_optimal(wg.data(), importance.data() + j, kGroup, scratch.data());
-            if (opts.four_levels) d = refine_grid4(wg.data(), importance.data() + j, kGroup, scratch.data(), d);
-            out.scales[size_t(r * groups + g)] = d;
-            scale[size_t(r)] = fp16_to_f32(d);
+            for (Index r = 0; r < rows; ++r) {
+              uint16_t& d = out.scales[size_t(r * groups + g)];
+              if (!fixed) {
+                for (Index k = 0; k < kGroup; ++k) wg[size_t(k)] = w(r, j + k);
+                d = fit_optimal(wg.data(), importance.data() + j, kGroup, scratch.data());
+                if (opts.four_levels) d = refine_grid4(wg.data(), importance.data() + j, kGroup, scratch.data(), d);
+              }
+              scale[size_t(r)] = fp16_to_f32(d);
+            }
           }
         }
+        const float hjj = hinv(j, j);
+        for (Index r = 0; r < rows; ++r) {
+          const float x = w(r, j);
+          const int8_t q = opts.four_levels ? code_for_grid4(x, scale[size_t(r)]) : code_for_scale(x, scale[size_t(r)]);
+          out.codes[size_t(r * cols + j)] = q;
+          err[r] = (x - float(q) * scale[size_t(r)]) / hjj;
+        }
+        err_block.col(j - i1) = err;
+        if (j + 1 < i2) w.middleCols(j + 1, i2 - j - 1).noalias() -= err * hinv.row(j).segment(j + 1, i2 - j - 1);
       }
-      const float hjj = hinv(j, j);
-      for (Index r = 0; r < rows; ++r) {
-        const float x = w(r, j);
-        const int8_t q = opts.four_levels ? code_for_grid4(x, scale[size_t(r)]) : code_for_scale(x, scale[size_t(r)]);
-        out.codes[size_t(r * cols + j)] = q;
-        err[r] = (x - float(q) * scale[size_t(r)]) / hjj;
-      }
-      err_block.col(j - i1) = err;
-      if (j + 1 < i2) w.middleCols(j + 1, i2 - j - 1).noalias() -= err * hinv.row(j).segment(j + 1, i2 - j - 1);
+      if (i2 < cols) w.rightCols(cols - i2).noalias() -= err_block * hinv.block(i1, i2, count, cols - i2);
     }
-    if (i2 < cols) w.rightCols(cols - i2).noalias() -= err_block * hinv.block(i1, i2, count, cols - i2);
+  };
+
+  pass(false);
+  if (opts.refit_scales) {
+    refit_scales(in, opts.four_levels, out);
+    // Further passes alternate codes (GPTQ, scales fixed) and scales (refit, codes fixed); a pass
+    // that does not lower the output error is undone, so the result never gets worse.
+    double best = relative_output_error(in, out.dequantize());
+    for (int p = 1; p < opts.gptq_passes; ++p) {
+      const TernaryMatrix prev = out;
+      pass(true);
+      refit_scales(in, opts.four_levels, out);
+      const double e = relative_output_error(in, out.dequantize());
+      if (!(e < best)) {
+        out = prev;
+        break;
+      }
+      best = e;
+    }
   }
 
   // A scale fixed at the group's start may end up with no code using it (store 0 then), or, on the

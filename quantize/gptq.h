@@ -4,6 +4,8 @@
 // group starts, from its current (error-updated) weights with the `optimal` rule. With
 // opts.four_levels the grid is PQ2_0's {−1, 0, +1, +2}·d: the group's scale is then refined by
 // grid4's Lloyd iterations on those weights, and each column rounds to the nearest of 4 levels.
+// When every code is chosen, opts.refit_scales re-solves each row's scales by least squares in
+// the output metric (quantize/scale_refit.h).
 #pragma once
 #include <vector>
 

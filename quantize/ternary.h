@@ -30,6 +30,12 @@ struct MatrixIn {
 struct MethodOptions {
   double gptq_damp = 0.01;      // λ = damp · mean(diag G) added to the diagonal
   int64_t gptq_block = 128;     // columns per lazy-update block
+  // gptq: once every code is chosen, refit each row's group scales by least squares in the output
+  // metric (quantize/scale_refit.h).
+  bool refit_scales = true;
+  // gptq with refit_scales: passes in all; each after the first re-runs GPTQ with the refitted
+  // scales fixed, then refits again (stops early when a pass does not lower the output error).
+  int gptq_passes = 2;
   // Stage 2 (quantize/grid4.h): PQ2_0's grid {-1, 0, +1, +2}·d, d of either sign. Per-group
   // methods refine their stage-1 result by Lloyd iterations; gptq uses the grid inside its error
   // feedback. The result packs only as PQ2_0.

@@ -1,0 +1,96 @@
+#include "quantize/scale_refit.h"
+
+#include <Eigen/Cholesky>
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "formats/fp16.h"
+
+namespace bonsai::quant {
+namespace {
+
+using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatD = Eigen::MatrixXd;
+using Eigen::Index;
+
+// Rows per panel: each panel's products run on one thread (Eigen does not spawn threads inside an
+// OpenMP region), and the partition does not depend on the thread count, so neither does the result.
+constexpr Index kRowPanel = 32;
+
+// f(d) = dᵀMd − 2dᵀb: the row's output error up to the constant wᵀGw.
+double row_objective(const MatD& m, const Eigen::VectorXd& b, const Eigen::VectorXd& d) {
+  return d.dot(m * d) - 2.0 * d.dot(b);
+}
+
+}  // namespace
+
+void refit_scales(const MatrixIn& in, bool four_levels, TernaryMatrix& out) {
+  const Index rows = in.rows, cols = in.cols, groups = cols / kGroup;
+  MatF g(cols, cols);
+  for (Index i = 0; i < cols; ++i)
+    for (Index j = 0; j < cols; ++j) g(i, j) = float(in.gram[i * cols + j]);
+
+#pragma omp parallel for schedule(dynamic, 1)
+  for (Index r0 = 0; r0 < rows; r0 += kRowPanel) {
+    const Index nr = std::min(kRowPanel, rows - r0);
+    MatF c(nr, cols), w(nr, cols);
+    for (Index r = 0; r < nr; ++r)
+      for (Index j = 0; j < cols; ++j) {
+        c(r, j) = float(out.codes[size_t((r0 + r) * cols + j)]);
+        w(r, j) = in.w[(r0 + r) * cols + j];
+      }
+    const MatF gw = w * g;  // row r: G·w_r
+    std::vector<MatD> m(size_t(nr), MatD::Zero(groups, groups));
+    std::vector<Eigen::VectorXd> b(size_t(nr), Eigen::VectorXd::Zero(groups));
+    for (Index gi = 0; gi < groups; ++gi) {
+      // Row r of y: c_gᵀ G restricted to the columns of groups gi.. (M is symmetric).
+      const Index j0 = gi * kGroup;
+      const MatF y = c.middleCols(j0, kGroup) * g.block(j0, j0, kGroup, cols - j0);
+      for (Index r = 0; r < nr; ++r) {
+        for (Index h = gi; h < groups; ++h) {
+          const double v = double(y.row(r).segment((h - gi) * kGroup, kGroup).dot(c.row(r).segment(h * kGroup, kGroup)));
+          m[size_t(r)](gi, h) = m[size_t(r)](h, gi) = v;
+        }
+        b[size_t(r)](gi) = double(c.row(r).segment(j0, kGroup).dot(gw.row(r).segment(j0, kGroup)));
+      }
+    }
+    for (Index r = 0; r < nr; ++r) {
+      MatD& mr = m[size_t(r)];
+      Eigen::VectorXd& br = b[size_t(r)];
+      uint16_t* scales = out.scales.data() + (r0 + r) * groups;
+      int8_t* codes = out.codes.data() + (r0 + r) * cols;
+      Eigen::VectorXd old_d(groups);
+      for (Index h = 0; h < groups; ++h) old_d(h) = fp16_to_f32(scales[h]);
+      // A group without a nonzero code, or whose inputs were never seen, does not change the
+      // output: it keeps its scale (a placeholder equation, the same term in both objectives).
+      std::vector<char> silent(size_t(groups), 0);
+      for (Index h = 0; h < groups; ++h)
+        if (!(mr(h, h) > 0.0)) {
+          silent[size_t(h)] = 1;
+          mr.row(h).setZero();
+          mr.col(h).setZero();
+          mr(h, h) = 1.0;
+          br(h) = old_d(h);
+        }
+      const Eigen::LDLT<MatD> ldlt(mr);
+      if (ldlt.info() != Eigen::Success) continue;
+      const Eigen::VectorXd sol = ldlt.solve(br);
+      Eigen::VectorXd new_d(groups);
+      for (Index h = 0; h < groups; ++h)
+        new_d(h) = silent[size_t(h)] || !std::isfinite(sol(h)) ? old_d(h) : fp16_to_f32(f32_to_fp16(float(sol(h))));
+      if (!(row_objective(mr, br, new_d) < row_objective(mr, br, old_d))) continue;  // keep the old ones
+      for (Index h = 0; h < groups; ++h) {
+        float d = float(new_d(h));
+        if (d < 0.0f && !four_levels) {  // ternary: the mirrored codes with |d| are the same values
+          d = -d;
+          for (Index k = 0; k < kGroup; ++k) codes[h * kGroup + k] = int8_t(-codes[h * kGroup + k]);
+        }
+        scales[h] = f32_to_fp16(d);
+      }
+    }
+  }
+}
+
+}  // namespace bonsai::quant

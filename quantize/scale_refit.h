@@ -1,0 +1,19 @@
+// Least-squares group scales for fixed codes, in the layer's output metric. GPTQ fixes a group's
+// scale when the group starts, from weights that later columns' error feedback has not reached,
+// and judges it by the diagonal of H only; once every code is chosen, the scales that minimise the
+// real objective ‖X(W − Ŵ)ᵀ‖² = Σ_r (w_r − ŵ_r)ᵀ G (w_r − ŵ_r) are one small linear system per
+// row: with ŵ_r = Σ_g d_g c_g (c_g: the codes of group g, zero elsewhere),
+//   Σ_h (c_gᵀ G c_h) d_h = c_gᵀ G w_r   for every group g of the row.
+#pragma once
+#include "quantize/ternary.h"
+
+namespace bonsai::quant {
+
+// Replaces out.scales by the fp16 solution of the system above (in.gram required). A group whose
+// codes are all zero keeps d = 0. Ternary results keep d ≥ 0 (a negative solution flips its
+// group's codes, the same values); four-level ones keep the solved sign (a negative d mirrors the
+// grid). The output error never gets worse than with the scales it started from, up to fp16
+// rounding: those scales are one point of the minimised quadratic (tests/quantize check it).
+void refit_scales(const MatrixIn& in, bool four_levels, TernaryMatrix& out);
+
+}  // namespace bonsai::quant
