@@ -16,6 +16,7 @@
 
 #include "formats/model_file.h"
 #include "job_support.h"
+#include "quantize/checkpoint.h"
 
 using namespace bonsai;
 namespace fs = std::filesystem;
@@ -125,6 +126,22 @@ TEST(CrashSafeJob, RefusesAnotherJobsOrADamagedCheckpoint) {
   EXPECT_EQ(log.find("resuming from"), std::string::npos) << log;
   EXPECT_TRUE(test::read_bytes(out) == first);
   EXPECT_EQ(test::run_bonsai(args + " --resume --restart", &log), 2) << log;
+}
+
+TEST(CrashSafeJob, SecondJobOnTheSameOutputIsRefused) {
+  BONSAI_REQUIRE_SHARED(kStories);
+  const auto dir = test::scratch_dir();
+  const fs::path out = dir / "out.gguf";
+  // This process holds the checkpoint's lock, as a job still running does.
+  const quant::JobCheckpoint running(out.string(), quant::PartialMode::fresh);
+  std::string log;
+  for (const char* mode : {"", " --resume", " --restart"}) {
+    ASSERT_EQ(test::run_bonsai(stories_args(out) + mode, &log), 1) << log;
+    EXPECT_NE(log.find(test::partial(out) + ": another bonsai quantize is writing " + out.string()), std::string::npos)
+        << log;
+  }
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_TRUE(fs::exists(test::partial(out) + "/lock"));
 }
 
 TEST(Determinism, SourceDateEpochPinsTheCreationDate) {
