@@ -118,6 +118,15 @@ TEST(CrashSafeJob, RefusesAnotherJobsOrADamagedCheckpoint) {
   EXPECT_NE(log.find(block.string()), std::string::npos) << log;
   EXPECT_NE(log.find("checksum"), std::string::npos) << log;
   EXPECT_TRUE(fs::exists(block));
+  // A state that is not one (truncated, or listing a file outside the folder): refused, naming it.
+  for (const std::string bad : {"{\"format\": \"bonsai quantize checkpoint\", \"vers",
+                                "{\"format\": \"bonsai quantize checkpoint\", \"version\": 1, \"job\": {}, "
+                                "\"blocks_done\": 1, \"files\": {\"../out.gguf\": {\"bytes\": 3, \"xxh3\": \"0\"}}}"}) {
+    test::write_bytes(state, std::vector<uint8_t>(bad.begin(), bad.end()));
+    ASSERT_EQ(test::run_bonsai(args + " --resume", &log), 1) << log;
+    EXPECT_NE(log.find(state + ": "), std::string::npos) << log;
+    EXPECT_NE(log.find("--restart discards it"), std::string::npos) << log;
+  }
   // --restart discards it and starts over; --resume with nothing to resume starts from the beginning.
   ASSERT_EQ(test::run_bonsai(args + " --restart", &log), 0) << log;
   EXPECT_FALSE(fs::exists(test::partial(out)));
