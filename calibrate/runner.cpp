@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "formats/error.h"
+#include "formats/kill_point.h"
 #include "runtime/bench.h"
 #include "runtime/transformer.h"
 
@@ -49,20 +50,35 @@ Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_
   auto be = make_backend("cpu", 0);
   const int64_t width = len * c.n_embd;
 
+  if (opts.first_block < 0 || opts.first_block > c.n_layer)
+    throw Error(cat("calibration: resuming at block ", opts.first_block, " of a model with ", c.n_layer));
+  const bool resume = opts.first_block > 0;
+  // Every block done: nothing to run, no hidden states needed.
+  if (resume && opts.first_block < c.n_layer &&
+      (!opts.resume_hidden || opts.resume_hidden->size() != size_t(n_windows * width)))
+    throw Error(cat("calibration: resuming at block ", opts.first_block, " needs ", n_windows * width,
+                    " hidden-state values, got ", opts.resume_hidden ? opts.resume_hidden->size() : 0));
+
   // Hidden states of every window: n_windows × len × n_embd floats.
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> hidden(size_t(n_windows * width));
-  for (int64_t w = 0; w < n_windows; ++w) {
-    float* x = hidden.data() + w * width;
-    be->embed(*m.token_embd, windows.data() + w * len, len, x);
-    if (m.hadamard.inverse_weights.count(m.token_embd->name)) be->hadamard(m.hadamard, x, len, c.n_embd, true);
+  std::vector<float> hidden;
+  if (resume) {
+    if (opts.resume_hidden) hidden.swap(*opts.resume_hidden);
+  } else {
+    hidden.resize(size_t(n_windows * width));
+    for (int64_t w = 0; w < n_windows; ++w) {
+      float* x = hidden.data() + w * width;
+      be->embed(*m.token_embd, windows.data() + w * len, len, x);
+      if (m.hadamard.inverse_weights.count(m.token_embd->name)) be->hadamard(m.hadamard, x, len, c.n_embd, true);
+    }
   }
   t.embed += since(t0);
 
   Session s(m, *be, len, len);
   Stats all;
+  if (resume && opts.resume_stats) all = std::move(*opts.resume_stats);
   std::vector<float> scratch(static_cast<size_t>(width));
-  for (int64_t l = 0; l < c.n_layer; ++l) {
+  for (int64_t l = opts.first_block; l < c.n_layer; ++l) {
     // (a) statistics of the block's inputs, from a copy of the hidden states.
     t0 = std::chrono::steady_clock::now();
     Stats block;
@@ -79,6 +95,7 @@ Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_
       std::memcpy(scratch.data(), hidden.data() + w * width, size_t(width) * sizeof(float));
       s.run_block(l, scratch.data(), len);
       ++g_block_runs;
+      kill_point("calibrate");
     }
     s.set_observer({});
     for (auto& [name, st] : block.by_weight) {
@@ -100,6 +117,7 @@ Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_
         ++g_block_runs;
       }
     t.advance += since(t0);
+    if (opts.checkpoint) opts.checkpoint(l, hidden, all);
     if (on_block) on_block({l, c.n_layer, since(start), peak_rss_bytes()});
   }
   if (times) *times = t;

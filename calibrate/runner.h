@@ -20,6 +20,16 @@ std::string input_key(const std::string& weight_name);
 
 struct CalibrateOptions {
   bool gram = false;  // collect Gram matrices (what gptq needs); E[x²] is always collected
+  // Resuming a checkpointed job (quantize/checkpoint.h): blocks before `first_block` are done, their
+  // weights already replaced in the model; `resume_hidden` holds the hidden states after them
+  // (n_windows × len × n_embd, taken over: left empty; not needed when every block is done) and
+  // `resume_stats` their statistics (taken over too). No forward runs for the finished blocks.
+  int64_t first_block = 0;
+  std::vector<float>* resume_hidden = nullptr;
+  Stats* resume_stats = nullptr;
+  // Called after block l is quantized and, unless it is the last, the hidden states advanced past
+  // it: everything a resume at block l+1 needs (the statistics so far, the hidden states).
+  std::function<void(int64_t l, const std::vector<float>& hidden, const Stats& all)> checkpoint;
 };
 
 // Seconds spent per stage, summed over blocks.

@@ -156,13 +156,17 @@ int run(const std::vector<std::string>& args) {
       "start stage 2 from this saved stage-1 result (same model, plan and rotation) instead of rerunning stage 1")(
       "type", po::value<std::string>(),
       "the plan's ternary tensors become this type: ptq1_0 (stage 1) or pq2_0 (stage 2: the four-level grid)")(
+      "resume", po::bool_switch(),
+      "continue the job a kill or an error interrupted, from the last block finished in OUT.partial/ (same inputs and "
+      "options required; starts from the beginning when there is none)")(
+      "restart", po::bool_switch(), "discard an interrupted job's OUT.partial/ and start over")(
       "dry-run", po::bool_switch(), "print the plan (tensor, type, method, bytes, totals) and exit");
   add_threads(opts);
   add_json(opts);
   po::variables_map vm;
   if (!parse(args,
              "bonsai quantize -m SRC -o OUT.gguf|OUT.bonsai [--plan PRESET|FILE] [--method M] [--rotate hadamard "
-             "--rotate-block B] [--calib FILE...] [--calib-windows N --calib-len L] [--stats FILE] [--seed S] [--type ptq1_0|pq2_0] [--residual none|kmeans|pattern --rc-dim V --rc-size K --rc-rows G] [--from STAGE1] [--tensor-type REGEX=TYPE...] [--dry-run]",
+             "--rotate-block B] [--calib FILE...] [--calib-windows N --calib-len L] [--stats FILE] [--seed S] [--type ptq1_0|pq2_0] [--residual none|kmeans|pattern --rc-dim V --rc-size K --rc-rows G] [--from STAGE1] [--tensor-type REGEX=TYPE...] [--threads N] [--resume|--restart] [--dry-run]",
              "Quantizes a model by a mixed-precision plan. Ternary tensors (PTQ1_0, PQ2_0) are fitted to\n"
              "activation statistics measured block by block on the calibration text (each block sees the\n"
              "outputs of the blocks already quantized); other types use their reference encoders. With\n"
@@ -171,8 +175,14 @@ int run(const std::vector<std::string>& args) {
              "sha256 of the source and of the calibration text, and each weight's relative output error.\n"
              "--tensor-type, --output-tensor-type and --token-embedding-type override the plan as\n"
              "llama-quantize's options do; the printed plan marks the tensors they decided.\n\n"
+             "Crash-safe: every finished block is kept in OUT.partial/ (checksummed, with the inputs and\n"
+             "options it belongs to) and OUT appears, complete, only at the end. After a kill or an error,\n"
+             "rerun the same command with --resume to continue from the last finished block; the result is\n"
+             "byte for byte what an uninterrupted run writes. The output does not depend on --threads;\n"
+             "SOURCE_DATE_EPOCH pins the date a .bonsai records (docs/reliability.md).\n\n"
              "examples:\n  bonsai quantize -m zh-tiny-qwen3/ -o zh-tiny-ptq1.gguf --rotate hadamard --stats zh-tiny.stats.gguf\n"
-             "  bonsai quantize -m zh-tiny-qwen3/ -o mixed.gguf --tensor-type 'blk\\.0\\..*=q8_0' --token-embedding-type q4_0",
+             "  bonsai quantize -m zh-tiny-qwen3/ -o mixed.gguf --tensor-type 'blk\\.0\\..*=q8_0' --token-embedding-type q4_0\n"
+             "  bonsai quantize -m zh-tiny-qwen3/ -o zh-tiny-ptq1.gguf --rotate hadamard --resume   # after a kill",
              opts, {}, vm))
     return 0;
   quant::QuantizeOptions o;
@@ -207,6 +217,10 @@ int run(const std::vector<std::string>& args) {
   o.residual.size = vm["rc-size"].as<int64_t>();
   o.residual.rows = vm["rc-rows"].as<int64_t>();
   quant::validate_residual(o.residual);
+  if (vm["resume"].as<bool>() && vm["restart"].as<bool>()) throw po::error("--resume and --restart exclude each other");
+  o.partial = vm["resume"].as<bool>()    ? quant::PartialMode::resume
+              : vm["restart"].as<bool>() ? quant::PartialMode::restart
+                                         : quant::PartialMode::fresh;
 
   // With --json the log goes to stderr so stdout holds only the JSON object.
   const bool json = vm["json"].as<bool>();

@@ -7,9 +7,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "formats/error.h"
+#include "formats/kill_point.h"
 
 namespace bonsai {
 
@@ -30,6 +32,7 @@ AtomicFile::~AtomicFile() {
 }
 
 void AtomicFile::write(const void* data, uint64_t n) {
+  if (kill_points_armed()) kill_point("write:" + std::filesystem::path(path_).filename().string());
   const auto* p = static_cast<const uint8_t*>(data);
   while (n > 0) {
     const ssize_t w = ::write(fd_, p, n > (1u << 30) ? (1u << 30) : size_t(n));
@@ -68,6 +71,30 @@ void AtomicFile::commit() {
     ::unlink(tmp_.c_str());
     fail(path_, "cannot rename the finished output into place: ", std::strerror(e));
   }
+  // The rename is an entry of the folder: without this it may not survive a power cut even though
+  // the bytes did. Best effort (some filesystems refuse fsync on a folder), the file is in place.
+  const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+  const std::filesystem::path dir = parent.empty() ? std::filesystem::path(".") : parent;
+  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+int remove_stale_temps(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const std::string prefix = p.filename().string() + ".tmp.";
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() == prefix.size() + 6 && name.starts_with(prefix) && e.is_regular_file(ec) &&
+        fs::remove(e.path(), ec))
+      ++n;
+  }
+  return n;
 }
 
 }  // namespace bonsai

@@ -1,7 +1,8 @@
 // Writes a file so that a crash never leaves a half-written output under the final name: the
 // bytes go to a temporary file beside it, are flushed to disk, and replace the final name by
 // rename() only in commit(). Without commit() (an exception, a failed write) the temporary is
-// removed and nothing that existed is touched.
+// removed and nothing that existed is touched. A process killed mid-write (SIGKILL, power cut)
+// leaves only the temporary, `<path>.tmp.XXXXXX`, which remove_stale_temps() clears.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -18,12 +19,17 @@ class AtomicFile {
   void write(const void* data, uint64_t n);  // Error naming the final path (e.g. disk full)
   void pad_to(uint64_t alignment);           // zero bytes up to a multiple of alignment
   uint64_t offset() const { return offset_; }
-  void commit();                             // fsync + rename; Error on failure
+  void commit();                             // fsync + rename + fsync of the folder; Error on failure
 
  private:
   std::string path_, tmp_;
   int fd_ = -1;
   uint64_t offset_ = 0;
 };
+
+// Removes the temporaries a killed writer of `path` left beside it (names `<path>.tmp.` + six
+// mkstemp characters); returns how many. Only for a caller that knows no other process is writing
+// `path` now (quantize holds its job's lock): a live writer's temporary would go too.
+int remove_stale_temps(const std::string& path);
 
 }  // namespace bonsai

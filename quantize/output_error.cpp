@@ -1,6 +1,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "formats/error.h"
 #include "quantize/ternary.h"
@@ -13,22 +14,29 @@ using Eigen::Index;
 
 // tr(M G Mᵀ) = Σ_ij G_ij (MᵀM)_ij for a symmetric G: the lower half of MᵀM by column panels
 // (independent float products, one per thread at a time), each folded into the sum with G and
-// dropped. Half the work of M·G, and no cols × cols temporary.
+// dropped. Half the work of M·G, and no cols × cols temporary. Each panel's sum is kept apart and
+// the panels are added in order afterwards: an OpenMP reduction would add them in whatever order
+// the threads finish, and the result (which decides stage 2's and the residual's choices, and is
+// stored in .bonsai files) would change with the thread count.
 double quadratic_trace(const MatF& m, const double* g) {
   const Index cols = m.cols();
   constexpr Index kPanel = 128;
-  double total = 0.0;
-#pragma omp parallel for schedule(dynamic, 1) reduction(+ : total)
+  std::vector<double> panel(size_t((cols + kPanel - 1) / kPanel), 0.0);
+#pragma omp parallel for schedule(dynamic, 1)
   for (Index c0 = 0; c0 < cols; c0 += kPanel) {
     const Index cb = std::min(kPanel, cols - c0), rest = cols - c0;
     const MatF s = m.rightCols(rest).transpose() * m.middleCols(c0, cb);  // (MᵀM)[c0:, c0:c0+cb]
+    double sum = 0.0;
     for (Index j = 0; j < cb; ++j) {
       const double* gj = g + (c0 + j) * cols + c0;  // G[c0+j, c0:] = G[c0:, c0+j]
       double col = 0.0;
       for (Index i = j + 1; i < rest; ++i) col += gj[i] * double(s(i, j));
-      total += 2.0 * col + gj[j] * double(s(j, j));
+      sum += 2.0 * col + gj[j] * double(s(j, j));
     }
+    panel[size_t(c0 / kPanel)] = sum;
   }
+  double total = 0.0;
+  for (double v : panel) total += v;
   return total;
 }
 

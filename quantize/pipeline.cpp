@@ -1,6 +1,7 @@
 #include "quantize/pipeline.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <deque>
@@ -164,6 +165,46 @@ std::vector<const Tensor**> block_weights(LayerWeights& l) {
   return {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down};
 }
 
+// A WeightError in a checkpoint: doubles as their bits, so a resumed job reports (and stores in
+// .bonsai's layer errors) exactly what the uninterrupted job would have, NaN and ∞ included.
+nlohmann::ordered_json checkpoint_json(const WeightError& e) {
+  auto bits = [](double d) { return std::bit_cast<uint64_t>(d); };
+  nlohmann::ordered_json j;
+  j["name"] = e.name;
+  j["type"] = traits(e.type).name;
+  j["method"] = e.method ? nlohmann::ordered_json(method_name(*e.method)) : nullptr;
+  j["rel_error"] = bits(e.rel_error);
+  j["gram"] = e.gram;
+  j["stage1_error"] = e.stage1_error ? nlohmann::ordered_json(bits(*e.stage1_error)) : nullptr;
+  j["plus2_share"] = bits(e.plus2_share);
+  j["elements"] = e.elements;
+  j["grid_error"] = e.grid_error ? nlohmann::ordered_json(bits(*e.grid_error)) : nullptr;
+  j["residual_bytes"] = e.residual_bytes;
+  return j;
+}
+
+WeightError weight_error_from(const nlohmann::ordered_json& j, const std::string& path) {
+  auto num = [](const nlohmann::ordered_json& v) { return std::bit_cast<double>(v.get<uint64_t>()); };
+  WeightError e;
+  try {
+    e.name = j.at("name").get<std::string>();
+    const TypeTraits* tt = find_type(j.at("type").get<std::string>());
+    if (!tt) fail(path, "unknown type '", j.at("type").get<std::string>(), "' for '", e.name, "'");
+    e.type = tt->id;
+    if (!j.at("method").is_null()) e.method = parse_method(j.at("method").get<std::string>());
+    e.rel_error = num(j.at("rel_error"));
+    e.gram = j.at("gram").get<bool>();
+    if (!j.at("stage1_error").is_null()) e.stage1_error = num(j.at("stage1_error"));
+    e.plus2_share = num(j.at("plus2_share"));
+    e.elements = j.at("elements").get<int64_t>();
+    if (!j.at("grid_error").is_null()) e.grid_error = num(j.at("grid_error"));
+    e.residual_bytes = j.at("residual_bytes").get<uint64_t>();
+  } catch (const nlohmann::json::exception& x) {
+    fail(path, "a weight error entry is malformed: ", x.what());
+  }
+  return e;
+}
+
 }  // namespace
 
 std::vector<std::string> default_calib_files() {
@@ -213,7 +254,10 @@ std::unique_ptr<Model> working_model(const TensorSet& src, const ResolvedPlan& p
   return m;
 }
 
-QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev) {
+namespace {
+
+// quantize_model with its checkpoint (null: none).
+QuantizeResult run_quantize(const QuantizeOptions& o, const QuantizeEvents& ev, JobCheckpoint* ck) {
   QuantizeResult res;
   auto info = [&](const std::string& s) {
     if (ev.info) ev.info(s);
@@ -235,7 +279,6 @@ QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev
   info(cat("plan ", rp.plan_name, " (", rp.plan_source, ") on ", o.source, ":"));
   info(rp.table());
   if (o.dry_run) return res;
-  if (!o.output.ends_with(".gguf") && !o.output.ends_with(".bonsai")) fail(o.output, "output must end in .gguf or .bonsai");
   stage("open source and plan");
 
   // Working model, rotated when asked.
@@ -302,8 +345,106 @@ QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev
   nlohmann::ordered_json manifest;
   calib::Stats stats;
   std::error_code ec;
-  const bool reuse = !o.stats_path.empty() && fs::exists(o.stats_path, ec);
   const bool need_stats = rp.needs_importance();
+  bool reuse = !o.stats_path.empty() && fs::exists(o.stats_path, ec);
+  // A resumed job that saves --stats may have saved them before it was killed (during the final
+  // write): that file is its own output, not an input to reuse.
+  if (const auto* saved = ck ? ck->saved_job() : nullptr; saved && saved->contains("stats") &&
+                                                          (*saved)["stats"].is_object() &&
+                                                          (*saved)["stats"].value("mode", "") == "save")
+    reuse = false;
+  const bool calibrate = need_stats && !reuse;
+  std::vector<std::string> calib_files;
+  std::string calib_sha;
+  if (calibrate) {
+    calib_files = o.calib_files.empty() ? default_calib_files() : o.calib_files;
+    if (calib_files.empty())
+      throw Error("no calibration text: pass --calib FILE... (the plan's methods optimal/gptq need statistics)");
+    calib_sha = sha256_files(calib_files);
+  }
+
+  // The checkpoint: what this job is (everything its bytes depend on; not the thread count, which
+  // changes nothing), then the blocks a killed run of the same job finished.
+  const int64_t n_layer = cfg.n_layer;
+  const bool keep_stats = calibrate && !o.stats_path.empty();  // saved at the end: kept per block
+  int64_t done = 0;
+  std::deque<TensorSet> restored;  // finished blocks read back; `quantized` points into them
+  double checkpoint_seconds = 0;
+  if (ck) {
+    nlohmann::ordered_json job;
+    job["source"] = o.source;
+    job["source_sha256"] = get_source_sha();
+    job["plan"] = nlohmann::ordered_json::parse(rp.json());
+    job["rotation"] = rotation_json(o);
+    job["seed"] = o.seed;
+    job["residual"] = {{"kind", residual_kind_name(o.residual.kind)}, {"dim", o.residual.dim},
+                       {"size", o.residual.size}, {"rows", o.residual.rows}};
+    job["from"] = o.from.empty() ? nlohmann::ordered_json(nullptr)
+                                 : nlohmann::ordered_json{{"path", o.from}, {"sha256", sha256_files({o.from})}};
+    if (o.stats_path.empty()) job["stats"] = nullptr;
+    else if (reuse) job["stats"] = {{"path", o.stats_path}, {"mode", "reuse"}, {"sha256", sha256_files({o.stats_path})}};
+    else job["stats"] = {{"path", o.stats_path}, {"mode", calibrate ? "save" : "unused"}};
+    job["calibration"] = calibrate ? nlohmann::ordered_json{{"files", calib_files}, {"sha256", calib_sha},
+                                                            {"windows", o.calib_windows}, {"len", o.calib_len},
+                                                            {"gram", rp.needs_gram()}}
+                                   : nlohmann::ordered_json(nullptr);
+    done = ck->begin(job, o.output);
+    if (done > n_layer) fail(ck->dir(), "records ", done, " finished blocks, the model has ", n_layer);
+    if (done > 0) info(cat("resuming from ", ck->dir(), ": ", done, " of ", n_layer, " blocks already done"));
+    for (int64_t l = 0; l < done; ++l) {
+      nlohmann::ordered_json errs;
+      restored.push_back(ck->load_block(l, &errs));
+      const TensorSet& ts = restored.back();
+      std::vector<const Tensor**> slots = block_weights(m->layers[size_t(l)]);
+      if (!errs.is_array() || errs.size() != slots.size())
+        fail(ts.path, "holds errors for ", errs.size(), " weights, block ", l, " has ", slots.size());
+      for (size_t i = 0; i < slots.size(); ++i) {
+        const Tensor& w = **slots[i];
+        const Tensor& q = ts.get(w.name);
+        if (q.ne != w.ne || q.type != rp.find(w.name)->type)
+          fail(ts.path, "'", w.name, "' is ", traits(q.type).name, " ", q.shape_str(), ", the plan makes ",
+               traits(rp.find(w.name)->type).name, " ", w.shape_str());
+        WeightError e = weight_error_from(errs[i], ts.path);
+        if (e.name != w.name) fail(ts.path, "errors are listed for '", e.name, "' where '", w.name, "' is expected");
+        res.errors.push_back(std::move(e));
+        quantized.push_back(q);
+        *slots[i] = &quantized.back();
+        by_name[w.name] = &quantized.back();
+        auto& rt = residual_tensors[w.name];
+        for (const auto& rn : errs[i].value("residual_tensors", nlohmann::ordered_json::array()))
+          rt.push_back(ts.get(rn.get<std::string>()));
+      }
+    }
+  }
+  // After block l: its tensors, errors, statistics (when kept) and the hidden states after it.
+  auto checkpoint_block = [&](int64_t l, const calib::Stats* all, const std::vector<float>* hidden) {
+    if (!ck) return;
+    const auto c0 = Clock::now();
+    BlockCheckpoint b;
+    b.errors = nlohmann::ordered_json::array();
+    calib::Stats block_stats;
+    const std::vector<const Tensor**> slots = block_weights(m->layers[size_t(l)]);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const std::string& name = (*slots[i])->name;
+      nlohmann::ordered_json j = checkpoint_json(res.errors[res.errors.size() - slots.size() + i]);
+      b.tensors.push_back(*by_name.at(name));
+      nlohmann::ordered_json rnames = nlohmann::ordered_json::array();
+      for (const Tensor& r : residual_tensors[name]) {
+        b.tensors.push_back(r);
+        rnames.push_back(r.name);
+      }
+      j["residual_tensors"] = rnames;
+      b.errors.push_back(j);
+      if (keep_stats && all)
+        if (auto it = all->by_weight.find(calib::input_key(name)); it != all->by_weight.end())
+          block_stats.by_weight[it->first] = it->second;
+    }
+    if (keep_stats) b.stats = &block_stats;
+    if (l + 1 < n_layer) b.hidden = hidden;
+    ck->save_block(l, b);
+    checkpoint_seconds += since(c0);
+  };
+
   if (reuse) {
     stats = calib::load_stats(o.stats_path);
     res.stats_loaded = true;
@@ -332,14 +473,14 @@ QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev
     }
     info(cat("statistics loaded from ", o.stats_path, ": no model forward"));
     stage("load statistics");
-    for (int64_t l = 0; l < cfg.n_layer; ++l) quantize_block(l, stats);
+    for (int64_t l = done; l < n_layer; ++l) {
+      quantize_block(l, stats);
+      checkpoint_block(l, nullptr, nullptr);
+    }
     stage("quantize");
-  } else if (need_stats) {
-    std::vector<std::string> files = o.calib_files.empty() ? default_calib_files() : o.calib_files;
-    if (files.empty())
-      throw Error("no calibration text: pass --calib FILE... (the plan's methods optimal/gptq need statistics)");
+  } else if (calibrate) {
+    const std::vector<std::string>& files = calib_files;
     const auto tok = model_tokenizer(*m);
-    const std::string calib_sha = sha256_files(files);
     const int32_t bos = tok->add_bos_default() ? tok->bos() : -1;
     // datasets/' rule (window_sampler.h): deterministic from the seed, evaluation text refused.
     datasets::SampledWindows sampled =
@@ -365,6 +506,20 @@ QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev
     manifest["sequential"] = "each block measured on the outputs of the blocks already quantized";
     calib::CalibrateOptions co;
     co.gram = rp.needs_gram();
+    // Resuming: the hidden states after the last finished block, and (when they are saved at the
+    // end) the statistics of the finished blocks; no forward runs for those blocks.
+    std::vector<float> hidden;
+    calib::Stats prior;
+    co.first_block = done;
+    if (done > 0) {
+      if (done < n_layer) hidden = ck->load_hidden(done - 1, uint64_t(o.calib_windows * o.calib_len * cfg.n_embd));
+      if (keep_stats)
+        for (int64_t l = 0; l < done; ++l)
+          for (auto& [k, v] : ck->load_stats(l).by_weight) prior.by_weight[k] = std::move(v);
+      co.resume_hidden = &hidden;
+      co.resume_stats = &prior;
+    }
+    co.checkpoint = [&](int64_t l, const std::vector<float>& h, const calib::Stats& all) { checkpoint_block(l, &all, &h); };
     calib::CalibrateTimes ct;
     stats = calib::calibrate_blocks(*m, windows, o.calib_windows, o.calib_len, co, quantize_block, ev.block_done, &ct);
     stats.manifest_json = manifest.dump();
@@ -381,9 +536,13 @@ QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev
       stage("save statistics");
     }
   } else {
-    for (int64_t l = 0; l < cfg.n_layer; ++l) quantize_block(l, stats);
+    for (int64_t l = done; l < n_layer; ++l) {
+      quantize_block(l, stats);
+      checkpoint_block(l, nullptr, nullptr);
+    }
     stage("quantize");
   }
+  if (ck) res.stages.emplace_back("checkpoints", checkpoint_seconds);
 
   // Output: the source's metadata and the tensors in the source's order.
   Metadata meta = src.meta;
@@ -427,6 +586,30 @@ QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev
   res.file_bytes = fs::file_size(o.output, ec);
   stage("write");
   res.peak_rss_bytes = peak_rss_bytes();
+  return res;
+}
+
+}  // namespace
+
+QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev) {
+  if (!o.dry_run && !o.output.ends_with(".gguf") && !o.output.ends_with(".bonsai"))
+    fail(o.output, "output must end in .gguf or .bonsai");
+  if (o.dry_run || !o.checkpoint) return run_quantize(o, ev, nullptr);
+  // Made before any work, so an output folder that cannot be written fails now, not hours later.
+  JobCheckpoint ck(o.output, o.partial);
+  QuantizeResult res;
+  try {
+    res = run_quantize(o, ev, &ck);
+  } catch (const Error& e) {
+    if (ck.abandon())
+      throw Error(cat(e.what(), "\n", ck.blocks_done(), " finished blocks are kept in ", ck.dir(),
+                      ": once the cause is fixed, rerun with --resume to continue from there"));
+    throw;
+  } catch (...) {
+    ck.abandon();
+    throw;
+  }
+  ck.finish();
   return res;
 }
 

@@ -2,7 +2,9 @@
 // matrices are F32 working copies (rotated when asked) -> calibration block by block, each block
 // quantized by its plan entry as soon as its input statistics are known (or statistics reused from
 // a file, with no model forward) -> GGUF or .bonsai with the quantized tensors, F32 norms, the
-// source's metadata, and for .bonsai the plan, provenance and per-weight errors.
+// source's metadata, and for .bonsai the plan, provenance and per-weight errors. The result does
+// not depend on the thread count; a job killed at any point resumes from its last finished block
+// (quantize/checkpoint.h) and writes the same bytes as one that was never interrupted.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "calibrate/runner.h"
+#include "quantize/checkpoint.h"
 #include "quantize/plan.h"
 #include "quantize/residual.h"
 #include "quantize/ternary.h"
@@ -39,6 +42,10 @@ struct QuantizeOptions {
   std::optional<TypeId> ternary_type;  // --type: the plan's ternary tensors become this type
   ResidualOptions residual;            // --residual, --rc-dim, --rc-size, --rc-rows
   std::string from;                    // --from: a saved stage-1 result (GGUF or .bonsai) to start stage 2 from
+  // Crash-safe jobs (quantize/checkpoint.h): each finished block is kept in OUT.partial/ until the
+  // output is in place. `partial` says what to do with one a killed job left (--resume, --restart).
+  bool checkpoint = true;
+  PartialMode partial = PartialMode::fresh;
 };
 
 struct QuantizeEvents {
