@@ -99,13 +99,13 @@ bool plan_type_allowed(TypeId t) {
 
 bool is_ternary(TypeId t) { return t == TypeId::PTQ1_0 || t == TypeId::PQ2_0; }
 
-Plan parse_plan(const std::string& yaml, const std::string& source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml);
-  } catch (const YAML::Exception& e) {
-    throw Error(cat(source, ":", e.mark.line + 1, ": bad YAML: ", e.msg));
-  }
+namespace {
+
+// A plan's regexes match tensor names ("blk\\.[0-9]+\\.ffn_down"); std::regex compiles and
+// matches by recursion, so an unbounded pattern from a downloaded plan could exhaust the stack.
+constexpr size_t kMaxRegexBytes = 256;
+
+Plan parse_plan_yaml(const YAML::Node& root, const std::string& source) {
   if (!root.IsMap()) throw Error(cat(source, ": a plan is a YAML mapping with 'default' and 'rules'"));
   Plan p;
   p.source = source;
@@ -132,6 +132,9 @@ Plan parse_plan(const std::string& yaml, const std::string& source) {
           const std::string k = f.first.as<std::string>();
           if (k == "match") {
             rule.match = scalar(f.second, "match", source);
+            if (rule.match.size() > kMaxRegexBytes)
+              throw Error(cat(where(source, f.second), ": regex of ", rule.match.size(), " bytes (at most ",
+                              kMaxRegexBytes, ")"));
             try {
               rule.re = std::regex(rule.match, std::regex::ECMAScript);
             } catch (const std::regex_error& e) {
@@ -161,6 +164,18 @@ Plan parse_plan(const std::string& yaml, const std::string& source) {
   }
   if (!root["default"]) throw Error(cat(source, ": the plan needs 'default' (the type of tensors no rule matches)"));
   return p;
+}
+
+}  // namespace
+
+Plan parse_plan(const std::string& yaml, const std::string& source) {
+  // yaml-cpp throws its own exceptions while loading and when a node is not what as<T>() asks
+  // for (a key that is a list): each becomes an Error naming the plan and the line.
+  try {
+    return parse_plan_yaml(YAML::Load(yaml), source);
+  } catch (const YAML::Exception& e) {
+    throw Error(cat(source, ":", e.mark.line + 1, ": bad YAML: ", e.msg));
+  }
 }
 
 std::vector<std::string> preset_names() {

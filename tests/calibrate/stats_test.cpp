@@ -173,3 +173,13 @@ TEST(StatsFile, MalformedFilesNameTheFileAndTheProblem) {
     EXPECT_NE(e.find(c.expect), std::string::npos) << c.path << ": " << e;
   }
 }
+
+// Damaged statistics files (test::damage_file over the fuzz seed, as every reader of untrusted
+// input): every flip in the header and every cut is an Error naming the file, or still a file
+// of statistics; never a crash.
+TEST(StatsMalformedInput, FlipsAndCutsAreErrorsNamingTheFile) {
+  const auto good = test::fuzz_seed("stats", "seed-stats.gguf");
+  const auto d = test::damage_file(test::scratch_dir() / "stats.gguf", good, good.size(), good.size(),
+                                   [](const std::string& p) { (void)load_stats(p); });
+  EXPECT_GT(d.flips_refused, d.flips / 4);
+}

@@ -19,6 +19,7 @@
 
 #include "formats/bonsai_file.h"
 #include "formats/error.h"
+#include "formats/bonsai_layout.h"
 #include "support.h"
 
 namespace bonsai {
@@ -28,33 +29,10 @@ namespace fs = std::filesystem;
 using test::read_bytes;
 using test::scratch_dir;
 using test::write_bytes;
-using Bytes = std::vector<uint8_t>;
 
 // ---- the layout, from the spec ----
 
-constexpr size_t kHeaderBytes = 96;
-
-uint32_t rd32(const Bytes& b, size_t at) {
-  uint32_t v;
-  std::memcpy(&v, b.data() + at, 4);
-  return v;
-}
-uint64_t rd64(const Bytes& b, size_t at) {
-  uint64_t v;
-  std::memcpy(&v, b.data() + at, 8);
-  return v;
-}
-void wr32(Bytes& b, size_t at, uint32_t v) { std::memcpy(b.data() + at, &v, 4); }
-void wr64(Bytes& b, size_t at, uint64_t v) { std::memcpy(b.data() + at, &v, 8); }
-
-size_t region_end(const Bytes& b) { return kHeaderBytes + rd64(b, 40) + rd64(b, 64); }
-
-// Spec §6: XXH3-64 over [0, 88) ++ [96, region end), stored at 88.
-void rechecksum(Bytes& b) {
-  Bytes covered(b.begin(), b.begin() + 88);
-  covered.insert(covered.end(), b.begin() + kHeaderBytes, b.begin() + ptrdiff_t(region_end(b)));
-  wr64(b, 88, XXH3_64bits(covered.data(), covered.size()));
-}
+using namespace test::bonsai_layout;
 
 // Positions of one tensor table entry's fields (spec §5).
 struct EntryAt {
