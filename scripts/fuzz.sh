@@ -17,10 +17,6 @@ cc=${CC:-clang}
 cxx=${CXX:-clang++}
 command -v "$cxx" >/dev/null || { echo "fuzz.sh: $cxx not found (libFuzzer needs clang; set CXX)" >&2; exit 2; }
 
-launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-CC=$cc CXX=$cxx cmake -S . -B build-fuzz -G Ninja -DBONSAI_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only" "${launcher[@]}" >/dev/null
 
 if [ $# -gt 0 ]; then
   targets=("$@")
@@ -31,9 +27,16 @@ else
     targets+=("$b")
   done
 fi
-build=()
-for t in "${targets[@]}"; do build+=("bonsai_fuzz_$t"); done
-CCACHE_BASEDIR=$PWD ninja -C build-fuzz -j "${JOBS:-$(nproc)}" "${build[@]}"
+# FUZZ_SKIP_BUILD=1: run the targets as built (another run may be building in build-fuzz).
+if [ -z "${FUZZ_SKIP_BUILD:-}" ]; then
+  launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  CC=$cc CXX=$cxx cmake -S . -B build-fuzz -G Ninja -DBONSAI_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only" "${launcher[@]}" >/dev/null
+  build=()
+  for t in "${targets[@]}"; do build+=("bonsai_fuzz_$t"); done
+  CCACHE_BASEDIR=$PWD ninja -C build-fuzz -j "${JOBS:-$(nproc)}" "${build[@]}"
+fi
 
 found=0
 summary=build-fuzz/fuzz-summary.txt

@@ -114,20 +114,24 @@ Damage damage_file(const std::filesystem::path& path, const std::vector<uint8_t>
   write_bytes(path, good);
   const int fd = ::open(p.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) throw std::runtime_error("cannot open " + p);
-  for (size_t i = 0; i < flip_bytes; ++i)
-    for (int bit = 0; bit < 8; ++bit) {
-      const uint8_t flipped = uint8_t(good[i] ^ (1u << bit));
-      if (::pwrite(fd, &flipped, 1, off_t(i)) != 1) throw std::runtime_error("cannot patch " + p);
-      ++d.flips;
-      d.flips_refused += refused(p, read, "bit " + std::to_string(bit) + " of byte " + std::to_string(i) + " flipped");
-      if (::pwrite(fd, &good[i], 1, off_t(i)) != 1) throw std::runtime_error("cannot patch " + p);
-    }
+  for (size_t i = 0; i < flip_bytes; ++i) {
+    // One bit per byte, a different one from byte to byte: every field sees high and low bits
+    // flipped, at an eighth of the reads of flipping them all.
+    const int bit = int(i % 8);
+    const uint8_t flipped = uint8_t(good[i] ^ (1u << bit));
+    if (::pwrite(fd, &flipped, 1, off_t(i)) != 1) throw std::runtime_error("cannot patch " + p);
+    ++d.flips;
+    d.flips_refused += refused(p, read, "bit " + std::to_string(bit) + " of byte " + std::to_string(i) + " flipped");
+    if (::pwrite(fd, &good[i], 1, off_t(i)) != 1) throw std::runtime_error("cannot patch " + p);
+  }
   for (size_t n = cut_below; n-- > 0;) {
     if (::ftruncate(fd, off_t(n)) != 0) throw std::runtime_error("cannot truncate " + p);
     ++d.cuts;
     const bool r = refused(p, read, "cut to " + std::to_string(n) + " bytes");
     d.cuts_refused += r;
-    if (!cuts_may_parse) EXPECT_TRUE(r) << p << " cut to " << n << " bytes was read without an error";
+    if (!cuts_may_parse) {
+      EXPECT_TRUE(r) << p << " cut to " << n << " bytes was read without an error";
+    }
   }
   ::close(fd);
   return d;

@@ -25,8 +25,8 @@ std::string error_of(const std::function<void()>& f);
 std::string expect_error(const std::function<void()>& f, const std::string& file);
 
 
-// Damaged copies of a good file, for every reader of untrusted input: each single-bit flip in
-// its first `flip_bytes` bytes (its header: what the reader parses rather than carries), then
+// Damaged copies of a good file, for every reader of untrusted input: a bit flipped in each of
+// its first `flip_bytes` bytes (bit i % 8 of byte i) (its header: what the reader parses rather than carries), then
 // `good` cut to each length below `cut_below`, written to `path` and handed to `read`. A cut file
 // must make `read` throw bonsai::Error naming `path` (unless `cuts_may_parse`: a shorter YAML plan
 // can still be a plan); a flip must either read or throw such an Error. Anything else fails the

@@ -20,6 +20,7 @@
 #include "formats/bonsai_file.h"
 #include "formats/error.h"
 #include "formats/bonsai_layout.h"
+#include "formats/owned_tensors.h"
 #include "support.h"
 
 namespace bonsai {
@@ -116,22 +117,12 @@ Metadata every_kv_type() {
 }
 
 // Tensors with owned, pseudo-random bytes (the container does not interpret them).
-struct Model {
+struct Model : test::OwnedTensors {
   Metadata meta = every_kv_type();
-  std::vector<Tensor> tensors;
-  std::vector<std::unique_ptr<Bytes>> owned;
   std::mt19937 rng{1234};
 
   void add(const std::string& name, TypeId type, std::vector<int64_t> ne) {
-    Tensor t;
-    t.name = name;
-    t.type = type;
-    t.ne = std::move(ne);
-    t.nbytes = *tensor_bytes(type, t.ne);
-    owned.push_back(std::make_unique<Bytes>(t.nbytes));
-    for (auto& x : *owned.back()) x = uint8_t(rng());
-    t.data = owned.back()->data();
-    tensors.push_back(std::move(t));
+    for (auto& x : OwnedTensors::add(name, type, std::move(ne))) x = uint8_t(rng());
   }
 };
 
@@ -510,7 +501,8 @@ TEST_F(BonsaiFile, MetadataEncodingIsValidated) {
     std::function<void(Bytes&)> patch;
     std::string want;
   } cases[] = {
-      {[&](Bytes& b) { wr64(b, big + 8, uint64_t(1) << 61); }, "does not fit in the"},
+      {[&](Bytes& b) { wr64(b, big + 8, uint64_t(1) << 20); }, "does not fit in the"},
+      {[&](Bytes& b) { wr64(b, big + 8, uint64_t(1) << 61); }, "elements is longer than the 16777216 allowed"},
       {[&](Bytes& b) { wr32(b, big + 4, 9); }, "invalid array element type 9"},
       {[&](Bytes& b) { wr32(b, big, 13); }, "unknown value type 13"},
       {[&](Bytes& b) { b[bit + 4] = 2; }, "bool value 2 is neither 0 nor 1"},

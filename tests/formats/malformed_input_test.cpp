@@ -87,7 +87,7 @@ TEST(MalformedInput, HfConfig) {
 // tokenizer.json, and tokenizer_config.json beside a good tokenizer.json. The seed holds both,
 // split at a NUL byte (the fuzz target's input layout).
 TEST(MalformedInput, HfTokenizer) {
-  const auto both = fuzz_seed("hf_tokenizer", "seed-qwen3-small.json");
+  const auto both = fuzz_seed("hf_tokenizer", "seed-qwen3-tiny.json");
   const auto nul = std::find(both.begin(), both.end(), uint8_t(0));
   ASSERT_NE(nul, both.end());
   const std::vector<uint8_t> tok(both.begin(), nul), cfg(nul + 1, both.end());
@@ -97,9 +97,7 @@ TEST(MalformedInput, HfTokenizer) {
   };
   {
     const auto dir = test::scratch_dir();
-    // The header of a tokenizer.json is its first kilobyte (model type, pre-tokenizer, added
-    // tokens); the rest is vocabulary entries, and every cut must still be refused.
-    const auto d = damage_file(dir / "tokenizer.json", tok, 1024, json_end(tok), read);
+    const auto d = damage_file(dir / "tokenizer.json", tok, tok.size(), json_end(tok), read);
     expect_mostly_refused(d, 0.1);
   }
   {
@@ -127,12 +125,17 @@ TEST(MalformedInput, Llama2cCheckpoint) {
 
 TEST(MalformedInput, Llama2cTokenizer) {
   const auto good = fuzz_seed("llama2c_tokenizer", "seed-six-pieces.bin");
-  const auto d = damage_file(test::scratch_dir() / "tok.bin", good, good.size(), good.size(),
-                             [](const std::string& p) {
-                               Metadata meta;
-                               add_llama2c_tokenizer(p, meta);
-                             });
-  expect_mostly_refused(d, 0.1);  // scores and piece letters read as they are
+  // The file stores no token count: cut between two entries it is a shorter vocabulary (which
+  // read_llama2c then refuses for not matching the checkpoint). Cut anywhere else it is refused.
+  const auto d = damage_file(
+      test::scratch_dir() / "tok.bin", good, good.size(), good.size(),
+      [](const std::string& p) {
+        Metadata meta;
+        add_llama2c_tokenizer(p, meta);
+      },
+      /*cuts_may_parse=*/true);
+  EXPECT_EQ(d.cuts - d.cuts_refused, 3u);  // after entries 3, 4 and 5 (three are the minimum)
+  expect_mostly_refused(d, 0.1);           // scores and piece letters read as they are
 }
 
 TEST(MalformedInput, Bonsai) {

@@ -11,8 +11,10 @@
 
 #include "calibrate/stats.h"
 #include "formats/bonsai_file.h"
+#include "formats/error.h"
 #include "formats/gguf.h"
 #include "formats/llama2c_fixture.h"
+#include "formats/owned_tensors.h"
 #include "formats/safetensors_fixture.h"
 #include "support.h"
 
@@ -20,23 +22,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace bonsai;
-
-// A few tensors of different types and ranks, with deterministic bytes.
-struct Tensors {
-  std::vector<Tensor> list;
-  std::vector<std::vector<uint8_t>> owned;
-  void add(const std::string& name, TypeId type, std::vector<int64_t> ne) {
-    Tensor t;
-    t.name = name;
-    t.type = type;
-    t.ne = std::move(ne);
-    t.nbytes = *tensor_bytes(type, t.ne);
-    owned.emplace_back(t.nbytes);
-    for (size_t i = 0; i < t.nbytes; ++i) owned.back()[i] = uint8_t(i * 37 + owned.size());
-    t.data = owned.back().data();
-    list.push_back(std::move(t));
-  }
-};
 
 Metadata model_meta() {
   Metadata m;
@@ -62,13 +47,19 @@ int main(int argc, char** argv) {
   };
   try {
     ::setenv("SOURCE_DATE_EPOCH", "1700000000", 1);  // reproducible bonsai.created
-    Tensors ts;
-    ts.add("token_embd.weight", TypeId::F32, {8, 3});
-    ts.add("blk.0.attn_q.weight", TypeId::PTQ1_0, {256, 1});
-    ts.add("blk.0.ffn_up.weight", TypeId::Q8_0, {32, 2});
-    ts.add("output_norm.weight", TypeId::F16, {8});
-    write_gguf((dir("gguf") / "seed-model.gguf").string(), model_meta(), ts.list);
-    write_bonsai((dir("bonsai") / "seed-model.bonsai").string(), model_meta(), ts.list);
+    // A few tensors of different types and ranks, with deterministic bytes.
+    test::OwnedTensors ts;
+    auto fill = [](std::vector<uint8_t>& b) {
+      for (size_t i = 0; i < b.size(); ++i) b[i] = uint8_t(i * 37 + b.size());
+    };
+    fill(ts.add("token_embd.weight", TypeId::F32, {8, 3}));
+    fill(ts.add("blk.0.attn_q.weight", TypeId::PTQ1_0, {256, 1}));
+    fill(ts.add("blk.0.ffn_up.weight", TypeId::Q8_0, {32, 2}));
+    // 32 bytes, a whole alignment unit: the file ends with tensor data, not padding (a GGUF
+    // whose final padding is cut off is still complete, so the damage tests could not cut there).
+    fill(ts.add("output_norm.weight", TypeId::F16, {16}));
+    write_gguf((dir("gguf") / "seed-model.gguf").string(), model_meta(), ts.tensors);
+    write_bonsai((dir("bonsai") / "seed-model.bonsai").string(), model_meta(), ts.tensors);
 
     calib::Stats st;
     st.manifest_json = R"({"model":"seed"})";
@@ -78,9 +69,9 @@ int main(int argc, char** argv) {
     a.sum_sq = {1, 2, 3, 4};
     a.gram.assign(16, 0.5);
     auto& b = st.by_weight["blk.0.ffn_up.weight"];
-    b.cols = 2;
+    b.cols = 8;  // 32 bytes: the file ends with data, not padding (see output_norm above)
     b.rows_seen = 7;
-    b.sum_sq = {0.25, 8};
+    b.sum_sq = {0.25, 8, 1, 2, 3, 4, 5, 6};
     calib::save_stats((dir("stats") / "seed-stats.gguf").string(), st);
 
     using test::f32_ramp;
@@ -100,7 +91,7 @@ int main(int argc, char** argv) {
     test::write_bytes(dir("llama2c_tokenizer") / "seed-six-pieces.bin",
                       test::llama2c_fixture::tokenizer_bytes(
                           {{"<unk>", 0}, {"<s>", 0}, {"</s>", 0}, {"<0x0A>", 0}, {" b", -2}, {"cd", -3}}));
-  } catch (const Error& e) {
+  } catch (const bonsai::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;
   }
