@@ -402,6 +402,12 @@ TEST(GgufBadInput, HandAssembledInfos) {
   expect_error(p, {"64 bytes long", "63"});
   write_bytes(p, file("t", {4, 1, 1, 1, 1}));
   expect_error(p, {"tensor 't' has 5 dimensions"});
+  // A row whose byte size wraps around 2^64 (found by the stats fuzz target: 4 x (2^62 + 4) is 16
+  // mod 2^64, which fit the file, and load_stats then sized its arrays by the element count).
+  write_bytes(p, file("t", {(int64_t(1) << 62) + 4}));
+  expect_error(p, {"tensor 't'", "more bytes than the file has"});
+  write_bytes(p, file("t", {(int64_t(1) << 62) + 4, 1}));
+  expect_error(p, {"tensor 't'", "more bytes than the file has"});
 }
 
 TEST(GgufWriter, MissingFolderIsAnErrorNamingThePath) {

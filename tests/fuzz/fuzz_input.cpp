@@ -56,8 +56,16 @@ void touch_tensors(const TensorSet& ts) {
     if (t.ne.size() > 4) finding("tensor '" + t.name + "' has " + std::to_string(t.ne.size()) + " dimensions");
     for (int64_t n : t.ne)
       if (n < 0) finding("tensor '" + t.name + "' has a dimension of " + std::to_string(n));
-    const auto need = tensor_bytes(t.type, t.ne);
-    if (!need || *need != t.nbytes)
+    // The size again, in 128 bits and without tensor_bytes(): a reader that trusts a wrapped
+    // 64-bit size (and the readers all use tensor_bytes) would agree with itself otherwise.
+    const TypeTraits& tt = traits(t.type);
+    unsigned __int128 elems = 1;
+    for (int64_t n : t.ne) {
+      elems *= uint64_t(n);
+      if (elems >> 64) finding("tensor '" + t.name + "' has more than 2^64 elements");
+    }
+    const unsigned __int128 need = elems / uint64_t(tt.block_elems) * uint64_t(tt.block_bytes);
+    if (t.ne.empty() || elems % uint64_t(tt.block_elems) != 0 || need != t.nbytes)
       finding("tensor '" + t.name + "' holds " + std::to_string(t.nbytes) + " bytes, not what its type and shape need");
     if (t.nbytes > 0 && !t.data) finding("tensor '" + t.name + "' has no data");
     for (uint64_t i = 0; i < t.nbytes; ++i) sink = sink + t.data[i];

@@ -73,6 +73,12 @@ int main(int argc, char** argv) {
     b.rows_seen = 7;
     b.sum_sq = {0.25, 8, 1, 2, 3, 4, 5, 6};
     calib::save_stats((dir("stats") / "seed-stats.gguf").string(), st);
+    // The same with general.alignment 1 and the data at an odd offset: load_stats once read
+    // these floats through a float pointer (a misaligned load).
+    TensorSet odd = read_gguf((dir("stats") / "seed-stats.gguf").string());
+    odd.meta.set_u32("general.alignment", 1);
+    odd.meta.set_str("bonsai.calib.manifest", R"({"model":"seed" })");
+    write_gguf((dir("stats") / "repro-unaligned.gguf").string(), odd.meta, odd.tensors);
 
     using test::f32_ramp;
     test::write_bytes(dir("safetensors") / "seed-model.safetensors",

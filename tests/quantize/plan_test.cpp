@@ -167,7 +167,7 @@ TEST(Plan, ErrorsNameTheFileAndLine) {
       {"list-rule-key.yaml", "default: PTQ1_0\nrules:\n  - {[match]: 'a', type: Q8_0}\n", ": bad YAML"},
       // Regexes are bounded: std::regex recurses over the pattern.
       {"long-regex.yaml", "default: PTQ1_0\nrules:\n  - match: '((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((a'\n    type: Q8_0\n",
-       ":3: regex of 275 bytes (at most 256)"},
+       ":3: regex of 267 bytes (at most 256)"},
   };
   for (const auto& c : cases) {
     const std::string path = write_plan(c.name, c.text);
