@@ -2,6 +2,7 @@
 
 #include <Eigen/Core>
 #include <cmath>
+#include <cstring>
 #include <set>
 
 #include "formats/error.h"
@@ -21,6 +22,14 @@ constexpr const char* kWeights = "bonsai.calib.weights";
 constexpr const char* kRows = "bonsai.calib.rows";
 constexpr const char* kSumSq = ".in_sum_sq";
 constexpr const char* kGram = ".in_gram";
+
+// Element i of F32 tensor data. GGUF allows general.alignment 1, so the data of a file from
+// elsewhere need not be 4-byte aligned: copied, never read through a float pointer.
+float f32_at(const uint8_t* data, int64_t i) {
+  float v;
+  std::memcpy(&v, data + 4 * i, sizeof v);
+  return v;
+}
 
 }  // namespace
 
@@ -141,22 +150,22 @@ Stats load_stats(const std::string& path) {
     InputStats st;
     st.cols = sq->ne[0];
     st.rows_seen = rows[i];
-    const float* d = reinterpret_cast<const float*>(sq->data);
     st.sum_sq.resize(size_t(st.cols));
     for (int64_t c = 0; c < st.cols; ++c) {
-      if (!std::isfinite(d[c]) || d[c] < 0) fail(path, "tensor '", sq->name, "' holds ", d[c], " at column ", c);
-      st.sum_sq[size_t(c)] = d[c];
+      const float v = f32_at(sq->data, c);
+      if (!std::isfinite(v) || v < 0) fail(path, "tensor '", sq->name, "' holds ", v, " at column ", c);
+      st.sum_sq[size_t(c)] = v;
     }
     expected.insert(sq->name);
     if (const Tensor* g = ts.find(name + kGram)) {
       if (g->type != TypeId::F32 || g->ne != std::vector<int64_t>{st.cols, st.cols})
         fail(path, "tensor '", g->name, "' must be F32 [", st.cols, ", ", st.cols, "], is ", traits(g->type).name, " ",
              g->shape_str());
-      const float* gd = reinterpret_cast<const float*>(g->data);
       st.gram.resize(size_t(st.cols * st.cols));
       for (int64_t k = 0; k < st.cols * st.cols; ++k) {
-        if (!std::isfinite(gd[k])) fail(path, "tensor '", g->name, "' holds a non-finite value");
-        st.gram[size_t(k)] = gd[k];
+        const float v = f32_at(g->data, k);
+        if (!std::isfinite(v)) fail(path, "tensor '", g->name, "' holds a non-finite value");
+        st.gram[size_t(k)] = v;
       }
       expected.insert(g->name);
     }

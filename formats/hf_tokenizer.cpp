@@ -10,6 +10,7 @@
 
 #include "formats/error.h"
 #include "formats/hf_model.h"
+#include "formats/json_file.h"
 #include "formats/mapped_file.h"
 
 namespace bonsai {
@@ -28,16 +29,6 @@ constexpr const char* kLlama3Regex =
 
 // llama.cpp's token types (spec §7).
 constexpr int32_t kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5;
-
-json parse_json_file(const std::string& path) {
-  auto file = MappedFile::open(path);
-  const char* p = reinterpret_cast<const char*>(file->data());
-  try {
-    return json::parse(p, p + file->size());
-  } catch (const json::exception& e) {
-    fail(path, "not valid JSON: ", e.what());
-  }
-}
 
 const json* member(const json& obj, const char* key) {
   if (!obj.is_object()) return nullptr;
@@ -129,7 +120,7 @@ struct SpecialIds {
 // is looked up (by content) among tokenizer.json's added_tokens only.
 SpecialIds read_tokenizer_config(const std::string& cfg_path, const json& added, int64_t n_vocab) {
   SpecialIds out;
-  const json cfg = parse_json_file(cfg_path);
+  const json cfg = read_json_file(cfg_path);
   if (!cfg.is_object()) fail(cfg_path, "top level is not a JSON object");
   static const std::pair<const char*, const char*> kTypes[] = {
       {"bos", "bos_token_id"},       {"eos", "eos_token_id"},     {"unk", "unknown_token_id"},
@@ -179,7 +170,7 @@ SpecialIds read_tokenizer_config(const std::string& cfg_path, const json& added,
 
 void add_hf_tokenizer(const std::string& tokenizer_json_path, int64_t n_vocab, Metadata& meta) {
   const std::string& path = tokenizer_json_path;
-  const json root = parse_json_file(path);
+  const json root = read_json_file(path);
   if (!root.is_object()) fail(path, "top level is not a JSON object");
   const json* model = member(root, "model");
   if (!model || !model->is_object()) fail(path, "no 'model' object");

@@ -17,6 +17,11 @@ void put_raw(std::vector<uint8_t>& out, T v) {
 
 bool valid_type(uint32_t t) { return t <= uint32_t(KvType::F64); }
 
+// Each element is held as a KvScalar (40 bytes, whatever its encoded size), so a file of N bytes
+// could ask for 40 N bytes through one array of u8. The longest arrays real files hold are
+// vocabularies and merge lists (a few 10^5); 2^24 elements keeps any one array below ~700 MB.
+constexpr uint64_t kMaxArrayItems = uint64_t(1) << 24;
+
 // Smallest encoding of one element of type t: what a count is bounded by before reserving.
 uint64_t min_bytes(KvType t) {
   switch (t) {
@@ -179,6 +184,11 @@ KvValue KvReader::value(KvType type, const std::string& key) {
                   KvType(elem) == KvType::ARRAY ? " (a nested array: GGUF arrays do not nest)" : ""));
   }
   const uint64_t count = u64(cat("the length of metadata key '", key, "'"));
+  if (count > kMaxArrayItems) {
+    pos_ -= 8;  // point the message at the length
+    fail_here(cat("metadata key '", key, "': array of ", count, " elements is longer than the ", kMaxArrayItems,
+                  " allowed"));
+  }
   check_count(count, min_bytes(KvType(elem)),
               cat("metadata key '", key, "': array of ", count, " ", kv_type_name(KvType(elem))));
   std::vector<KvScalar> items;

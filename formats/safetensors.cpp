@@ -157,7 +157,12 @@ void read_index(const std::string& path, TensorSet& set) {
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   for (const auto& [file, tensors] : shards) {
     const size_t before = set.tensors.size();
-    read_file((dir / file).string(), set);
+    // The shard's own errors name the shard; say which index sent the reader there.
+    try {
+      read_file((dir / file).string(), set);
+    } catch (const Error& e) {
+      fail(path, "shard ", file, " of weight_map: ", e.what());
+    }
     for (size_t i = before; i < set.tensors.size(); ++i) {
       const std::string& t = set.tensors[i].name;
       const auto listed = wm->find(t);

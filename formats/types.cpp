@@ -208,7 +208,10 @@ const TypeTraits& traits(TypeId id) { return *find_type(uint32_t(id)); }
 std::optional<uint64_t> row_bytes(TypeId id, uint64_t ne0) {
   const TypeTraits& t = traits(id);
   if (ne0 % uint64_t(t.block_elems) != 0) return std::nullopt;
-  return ne0 / uint64_t(t.block_elems) * uint64_t(t.block_bytes);
+  // A row length from a file can be anything: 2^62 + 4 F32 elements would wrap to 16 bytes.
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(ne0 / uint64_t(t.block_elems), uint64_t(t.block_bytes), &bytes)) return std::nullopt;
+  return bytes;
 }
 
 std::optional<uint64_t> tensor_bytes(TypeId id, std::span<const int64_t> ne) {

@@ -22,6 +22,23 @@ const std::pair<const char*, const char*> kPresets[] = {
 #include "quantize/presets.inc"
 };
 
+// A regex from a plan or the command line, checked before std::regex sees it: rule regexes match
+// tensor names ("blk\\.[0-9]+\\.ffn_down"), and std::regex compiles and matches by recursion, so
+// an unbounded pattern from a downloaded plan could exhaust the stack; libstdc++ also reads a
+// number ({n,m}, \N) into a long without an overflow check (undefined behaviour from 19 digits,
+// found by the plan fuzz target). Errors start with `at`.
+constexpr size_t kMaxRegexBytes = 256;
+constexpr size_t kMaxRegexDigits = 6;
+
+void check_regex_size(const std::string& re, const std::string& at) {
+  if (re.size() > kMaxRegexBytes)
+    throw Error(cat(at, ": regex of ", re.size(), " bytes (at most ", kMaxRegexBytes, ")"));
+  size_t run = 0;
+  for (char c : re)
+    if ((run = (c >= '0' && c <= '9') ? run + 1 : 0) > kMaxRegexDigits)
+      throw Error(cat(at, ": regex '", re, "' holds a number of more than ", kMaxRegexDigits, " digits"));
+}
+
 std::string where(const std::string& source, const YAML::Node& n) {
   return cat(source, ":", n.Mark().line + 1);
 }
@@ -99,13 +116,10 @@ bool plan_type_allowed(TypeId t) {
 
 bool is_ternary(TypeId t) { return t == TypeId::PTQ1_0 || t == TypeId::PQ2_0; }
 
-Plan parse_plan(const std::string& yaml, const std::string& source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml);
-  } catch (const YAML::Exception& e) {
-    throw Error(cat(source, ":", e.mark.line + 1, ": bad YAML: ", e.msg));
-  }
+namespace {
+
+
+Plan parse_plan_yaml(const YAML::Node& root, const std::string& source) {
   if (!root.IsMap()) throw Error(cat(source, ": a plan is a YAML mapping with 'default' and 'rules'"));
   Plan p;
   p.source = source;
@@ -132,6 +146,7 @@ Plan parse_plan(const std::string& yaml, const std::string& source) {
           const std::string k = f.first.as<std::string>();
           if (k == "match") {
             rule.match = scalar(f.second, "match", source);
+            check_regex_size(rule.match, where(source, f.second));
             try {
               rule.re = std::regex(rule.match, std::regex::ECMAScript);
             } catch (const std::regex_error& e) {
@@ -161,6 +176,18 @@ Plan parse_plan(const std::string& yaml, const std::string& source) {
   }
   if (!root["default"]) throw Error(cat(source, ": the plan needs 'default' (the type of tensors no rule matches)"));
   return p;
+}
+
+}  // namespace
+
+Plan parse_plan(const std::string& yaml, const std::string& source) {
+  // yaml-cpp throws its own exceptions while loading and when a node is not what as<T>() asks
+  // for (a key that is a list): each becomes an Error naming the plan and the line.
+  try {
+    return parse_plan_yaml(YAML::Load(yaml), source);
+  } catch (const YAML::Exception& e) {
+    throw Error(cat(source, ":", e.mark.line + 1, ": bad YAML: ", e.msg));
+  }
 }
 
 std::vector<std::string> preset_names() {
@@ -285,6 +312,7 @@ void apply_overrides(Plan& plan, const PlanOverrides& o) {
     PlanRule r;
     r.option = option;
     r.match = regex;
+    check_regex_size(regex, option);
     try {
       r.re = std::regex(regex, std::regex::ECMAScript);
     } catch (const std::regex_error& e) {

@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -117,6 +119,59 @@ std::string expect_error(const std::function<void()>& f, const std::string& file
   }
   ADD_FAILURE() << "no Error thrown (expected one naming " << file << ")";
   return "";
+}
+
+namespace {
+
+// One damaged read: true when refused with an Error naming the file; a gtest failure when the
+// Error does not name it. Any other exception escapes to gtest, which reports it.
+bool refused(const std::string& path, const std::function<void(const std::string&)>& read,
+             const std::string& damage) {
+  try {
+    read(path);
+    return false;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << damage << ": " << e.what();
+    return true;
+  }
+}
+
+}  // namespace
+
+Damage damage_file(const std::filesystem::path& path, const std::vector<uint8_t>& good, size_t flip_bytes,
+                   size_t cut_below, const std::function<void(const std::string&)>& read, bool cuts_may_parse) {
+  flip_bytes = std::min(flip_bytes, good.size());
+  cut_below = std::min(cut_below, good.size());
+  const std::string p = path.string();
+  Damage d;
+  write_bytes(path, good);
+  const int fd = ::open(p.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot open " + p);
+  for (size_t i = 0; i < flip_bytes; ++i) {
+    // One bit per byte, a different one from byte to byte: every field sees high and low bits
+    // flipped, at an eighth of the reads of flipping them all.
+    const int bit = int(i % 8);
+    const uint8_t flipped = uint8_t(good[i] ^ (1u << bit));
+    if (::pwrite(fd, &flipped, 1, off_t(i)) != 1) throw std::runtime_error("cannot patch " + p);
+    ++d.flips;
+    d.flips_refused += refused(p, read, "bit " + std::to_string(bit) + " of byte " + std::to_string(i) + " flipped");
+    if (::pwrite(fd, &good[i], 1, off_t(i)) != 1) throw std::runtime_error("cannot patch " + p);
+  }
+  for (size_t n = cut_below; n-- > 0;) {
+    if (::ftruncate(fd, off_t(n)) != 0) throw std::runtime_error("cannot truncate " + p);
+    ++d.cuts;
+    const bool r = refused(p, read, "cut to " + std::to_string(n) + " bytes");
+    d.cuts_refused += r;
+    if (!cuts_may_parse) {
+      EXPECT_TRUE(r) << p << " cut to " << n << " bytes was read without an error";
+    }
+  }
+  ::close(fd);
+  return d;
+}
+
+std::vector<uint8_t> fuzz_seed(const std::string& target, const std::string& name) {
+  return read_bytes(std::filesystem::path(BONSAI_FUZZ_CORPUS_DIR) / target / name);
 }
 
 }  // namespace bonsai::test

@@ -28,6 +28,25 @@ std::string error_of(const std::function<void()>& f);
 // returns the message, or "" when nothing was thrown.
 std::string expect_error(const std::function<void()>& f, const std::string& file);
 
+
+// Damaged copies of a good file, for every reader of untrusted input: a bit flipped in each of
+// its first `flip_bytes` bytes (bit i % 8 of byte i) (its header: what the reader parses rather than carries), then
+// `good` cut to each length below `cut_below`, written to `path` and handed to `read`. A cut file
+// must make `read` throw bonsai::Error naming `path` (unless `cuts_may_parse`: a shorter YAML plan
+// can still be a plan); a flip must either read or throw such an Error. Anything else fails the
+// test; a crash ends it. The file is patched in place (a pwrite per flip, an ftruncate per
+// length), so a few thousand reads take well under a second.
+struct Damage {
+  size_t flips = 0, flips_refused = 0, cuts = 0, cuts_refused = 0;
+};
+Damage damage_file(const std::filesystem::path& path, const std::vector<uint8_t>& good, size_t flip_bytes,
+                   size_t cut_below, const std::function<void(const std::string&)>& read,
+                   bool cuts_may_parse = false);
+
+// A seed of the fuzz corpus (tests/fuzz/corpus/<target>/<name>): small valid files of every
+// format a reader takes, which the damage tests start from.
+std::vector<uint8_t> fuzz_seed(const std::string& target, const std::string& name);
+
 }  // namespace bonsai::test
 
 // Skips the current test when a shared fixture is missing (the product works without shared/;

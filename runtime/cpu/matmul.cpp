@@ -1,5 +1,6 @@
 #include "runtime/cpu/matmul.h"
 
+#include <cpuid.h>
 #include <omp.h>
 
 #include <vector>
@@ -43,7 +44,11 @@ void check_count(const Tensor& w, const char* op, const char* what, int64_t n) {
 bool avx2_usable() {
   static const bool ok = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    // F16C from CPUID (leaf 1, ECX bit 29): clang before 15 has no "f16c" for
+    // __builtin_cpu_supports, and the fuzz build (BONSAI_FUZZ) uses clang.
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   }();
   return ok;
 }

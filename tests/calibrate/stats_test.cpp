@@ -173,3 +173,41 @@ TEST(StatsFile, MalformedFilesNameTheFileAndTheProblem) {
     EXPECT_NE(e.find(c.expect), std::string::npos) << c.path << ": " << e;
   }
 }
+
+// GGUF allows general.alignment 1: a statistics file written elsewhere may hold its tensors at odd
+// offsets. They load with the same values (the sanitizer build would report a misaligned float
+// read).
+TEST(StatsFile, UnalignedTensorDataLoads) {
+  Stats s;
+  InputStats a = fresh(3, true);
+  const auto x = random_rows(5, 3, 7);
+  a.add(x.data(), 5);
+  a.round_to_f32();
+  s.by_weight["w"] = a;
+  const auto dir = test::scratch_dir();
+  const auto good = (dir / "good.gguf").string();
+  save_stats(good, s);
+  int misaligned = 0;
+  for (int pad = 0; pad < 4; ++pad) {
+    TensorSet ts = read_gguf(good);
+    ts.meta.set_u32("general.alignment", 1);
+    ts.meta.set_str("bonsai.calib.manifest", std::string(size_t(pad), ' '));  // shifts the data by pad bytes
+    const auto p = (dir / ("a" + std::to_string(pad) + ".gguf")).string();
+    write_gguf(p, ts.meta, ts.tensors);
+    misaligned += reinterpret_cast<uintptr_t>(read_gguf(p).get("w.in_sum_sq").data) % 4 != 0;
+    const Stats back = load_stats(p);
+    EXPECT_EQ(back.by_weight.at("w").sum_sq, a.sum_sq);
+    EXPECT_EQ(back.by_weight.at("w").gram, a.gram);
+  }
+  EXPECT_EQ(misaligned, 3);
+}
+
+// Damaged statistics files (test::damage_file over the fuzz seed, as every reader of untrusted
+// input): every flip in the header and every cut is an Error naming the file, or still a file
+// of statistics; never a crash.
+TEST(StatsMalformedInput, FlipsAndCutsAreErrorsNamingTheFile) {
+  const auto good = test::fuzz_seed("stats", "seed-stats.gguf");
+  const auto d = test::damage_file(test::scratch_dir() / "stats.gguf", good, good.size(), good.size(),
+                                   [](const std::string& p) { (void)load_stats(p); });
+  EXPECT_GT(d.flips_refused, d.flips / 4);
+}

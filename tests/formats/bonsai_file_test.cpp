@@ -19,6 +19,8 @@
 
 #include "formats/bonsai_file.h"
 #include "formats/error.h"
+#include "formats/bonsai_layout.h"
+#include "formats/owned_tensors.h"
 #include "support.h"
 
 namespace bonsai {
@@ -28,33 +30,10 @@ namespace fs = std::filesystem;
 using test::read_bytes;
 using test::scratch_dir;
 using test::write_bytes;
-using Bytes = std::vector<uint8_t>;
 
 // ---- the layout, from the spec ----
 
-constexpr size_t kHeaderBytes = 96;
-
-uint32_t rd32(const Bytes& b, size_t at) {
-  uint32_t v;
-  std::memcpy(&v, b.data() + at, 4);
-  return v;
-}
-uint64_t rd64(const Bytes& b, size_t at) {
-  uint64_t v;
-  std::memcpy(&v, b.data() + at, 8);
-  return v;
-}
-void wr32(Bytes& b, size_t at, uint32_t v) { std::memcpy(b.data() + at, &v, 4); }
-void wr64(Bytes& b, size_t at, uint64_t v) { std::memcpy(b.data() + at, &v, 8); }
-
-size_t region_end(const Bytes& b) { return kHeaderBytes + rd64(b, 40) + rd64(b, 64); }
-
-// Spec §6: XXH3-64 over [0, 88) ++ [96, region end), stored at 88.
-void rechecksum(Bytes& b) {
-  Bytes covered(b.begin(), b.begin() + 88);
-  covered.insert(covered.end(), b.begin() + kHeaderBytes, b.begin() + ptrdiff_t(region_end(b)));
-  wr64(b, 88, XXH3_64bits(covered.data(), covered.size()));
-}
+using namespace test::bonsai_layout;
 
 // Positions of one tensor table entry's fields (spec §5).
 struct EntryAt {
@@ -138,22 +117,12 @@ Metadata every_kv_type() {
 }
 
 // Tensors with owned, pseudo-random bytes (the container does not interpret them).
-struct Model {
+struct Model : test::OwnedTensors {
   Metadata meta = every_kv_type();
-  std::vector<Tensor> tensors;
-  std::vector<std::unique_ptr<Bytes>> owned;
   std::mt19937 rng{1234};
 
   void add(const std::string& name, TypeId type, std::vector<int64_t> ne) {
-    Tensor t;
-    t.name = name;
-    t.type = type;
-    t.ne = std::move(ne);
-    t.nbytes = *tensor_bytes(type, t.ne);
-    owned.push_back(std::make_unique<Bytes>(t.nbytes));
-    for (auto& x : *owned.back()) x = uint8_t(rng());
-    t.data = owned.back()->data();
-    tensors.push_back(std::move(t));
+    for (auto& x : OwnedTensors::add(name, type, std::move(ne))) x = uint8_t(rng());
   }
 };
 
@@ -533,7 +502,8 @@ TEST_F(BonsaiFile, MetadataEncodingIsValidated) {
     std::function<void(Bytes&)> patch;
     std::string want;
   } cases[] = {
-      {[&](Bytes& b) { wr64(b, big + 8, uint64_t(1) << 61); }, "does not fit in the"},
+      {[&](Bytes& b) { wr64(b, big + 8, uint64_t(1) << 20); }, "does not fit in the"},
+      {[&](Bytes& b) { wr64(b, big + 8, uint64_t(1) << 61); }, "elements is longer than the 16777216 allowed"},
       {[&](Bytes& b) { wr32(b, big + 4, 9); }, "invalid array element type 9"},
       {[&](Bytes& b) { wr32(b, big, 13); }, "unknown value type 13"},
       {[&](Bytes& b) { b[bit + 4] = 2; }, "bool value 2 is neither 0 nor 1"},

@@ -83,6 +83,11 @@ TEST(TypeTable, IdsSizesAndLookups) {
   EXPECT_FALSE(tensor_bytes(TypeId::PTQ1_0, bad));
   const int64_t huge[] = {int64_t(1) << 40, int64_t(1) << 40};
   EXPECT_FALSE(tensor_bytes(TypeId::F32, huge));
+  // One row whose bytes wrap around 2^64 (4 x (2^62 + 4) = 16 mod 2^64).
+  const int64_t wraps[] = {(int64_t(1) << 62) + 4};
+  EXPECT_FALSE(tensor_bytes(TypeId::F32, wraps));
+  EXPECT_FALSE(row_bytes(TypeId::F32, uint64_t(wraps[0])));
+  EXPECT_FALSE(row_bytes(TypeId::Q8_0, ~uint64_t(0) / 32 * 32));  // 2^59 blocks of 34 bytes
 }
 
 namespace {

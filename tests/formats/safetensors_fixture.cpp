@@ -43,4 +43,22 @@ std::vector<uint8_t> f32_ramp(size_t n, float start, float step) {
   return f32_bytes(v);
 }
 
+std::vector<std::pair<std::string, std::vector<uint8_t>>> two_shards() {
+  return {{"model-00001-of-00002.safetensors",
+           make_safetensors({{"a.weight", "F32", {2, 4}, f32_ramp(8)}, {"b.weight", "F32", {4}, f32_ramp(4)}})},
+          {"model-00002-of-00002.safetensors",
+           make_safetensors({{"c.weight", "F16", {4, 2}, std::vector<uint8_t>(16, 0x3c)}},
+                            nlohmann::json{{"format", "pt"}})}};
+}
+
+std::string two_shard_index() {
+  nlohmann::json map;
+  for (const auto& [file, bytes] : two_shards()) {
+    (void)bytes;
+    for (const char* t : {"a.weight", "b.weight", "c.weight"})
+      if ((t[0] == 'c') == (file.find("00002-of") != std::string::npos)) map[t] = file;
+  }
+  return nlohmann::json{{"metadata", {{"total_size", 88}}}, {"weight_map", map}}.dump(1);
+}
+
 }  // namespace bonsai::test

@@ -162,6 +162,15 @@ TEST(Plan, ErrorsNameTheFileAndLine) {
       {"bad-layers.yaml", "default: PTQ1_0\nrules:\n  - match: 'attn'\n    layers: [one]\n    type: Q8_0\n",
        ":4: 'one' is not a block index"},
       {"not-a-map.yaml", "- 1\n- 2\n", "a plan is a YAML mapping"},
+      // Keys that are not scalars: yaml-cpp's conversion error becomes an Error naming the plan.
+      {"list-key.yaml", "? [a, b]\n: 1\ndefault: PTQ1_0\n", ": bad YAML"},
+      {"list-rule-key.yaml", "default: PTQ1_0\nrules:\n  - {[match]: 'a', type: Q8_0}\n", ": bad YAML"},
+      // Regexes are bounded: std::regex recurses over the pattern.
+      {"long-regex.yaml", "default: PTQ1_0\nrules:\n  - match: '((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((a'\n    type: Q8_0\n",
+       ":3: regex of 267 bytes (at most 256)"},
+      // libstdc++ overflows a long reading a count of 19 digits (found by the plan fuzz target).
+      {"regex-count.yaml", "default: PTQ1_0\nrules:\n  - match: 'a{5555555555555555555}'\n    type: Q8_0\n",
+       ":3: regex 'a{5555555555555555555}' holds a number of more than 6 digits"},
   };
   for (const auto& c : cases) {
     const std::string path = write_plan(c.name, c.text);
@@ -228,5 +237,20 @@ TEST(Plan, CommandLineOverridesWinAndAreShown) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("--tensor-type"), std::string::npos) << bad << ": " << e.what();
     }
+  }
+}
+
+// Damaged plan files (test::damage_file over the fuzz seeds, as every reader of untrusted input):
+// a flipped bit or a cut file is a plan, or an Error naming the file, never a crash. A YAML file
+// cut short can still be a plan, so cuts need not be refused.
+TEST(PlanMalformedInput, FlipsAndCutsAreErrorsNamingTheFile) {
+  for (const char* seed : {"seed-ternary-all.yaml", "seed-ternary-first3-last2-q8.yaml"}) {
+    SCOPED_TRACE(seed);
+    const auto good = test::fuzz_seed("plan", seed);
+    const auto d = test::damage_file(
+        test::scratch_dir() / "plan.yaml", good, good.size(), good.size(),
+        [](const std::string& p) { (void)load_plan(p); }, /*cuts_may_parse=*/true);
+    EXPECT_GT(d.flips_refused, d.flips / 10);
+    EXPECT_GT(d.cuts_refused, 0u);
   }
 }
