@@ -210,7 +210,7 @@ std::string render(const HeatmapFigure& f) {
   }
   if (!std::isfinite(lo)) lo = 0, hi = 1;
   if (hi <= lo) hi = lo + 1;
-  const double cell_w = 44, cell_h = 20, left = 20 + 7.0 * double(max_label), top = 60, gap = 30;
+  const double cell_w = 44, cell_h = 20, left = 20 + 7.0 * double(max_label), top = 100, gap = 30;
   double x = left;
   std::vector<double> panel_x;
   for (const Heatmap& p : f.panels) {
@@ -224,7 +224,7 @@ std::string render(const HeatmapFigure& f) {
     const Heatmap& p = f.panels[pi];
     const double x0 = panel_x[pi];
     o += "<g class=\"panel\">\n";
-    o += text(x0 + double(p.cols.size()) * cell_w / 2, top - 28, p.title, "middle", " font-weight=\"bold\"");
+    o += text(x0 + double(p.cols.size()) * cell_w / 2, 48, p.title, "middle", " font-weight=\"bold\"");
     for (size_t c = 0; c < p.cols.size(); ++c)
       o += "<text transform=\"translate(" + num(x0 + (double(c) + 0.5) * cell_w) + " " + num(top - 4) +
            ") rotate(-30)\" font-size=\"10\">" + xml_escape(p.cols[c]) + "</text>\n";
