@@ -25,7 +25,7 @@ if [ ! -f "$STATS" ]; then
   # One calibration for everything after it (gptq needs the Gram matrices).
   run "$BONSAI" quantize -m "$MODEL" -o "$OUT/stats-run.gguf" --stats "$STATS" --threads "$THREADS" 2>&1 | tee "$OUT/stats-run.log"
 fi
-run "$BONSAI" sensitivity -m "$MODEL" --stats "$STATS" --types ptq1_0,pq2_0,q4_0,q8_0 --chunks 4 --ctx 256 \
+run "$BONSAI" sensitivity -m "$MODEL" --stats "$STATS" --types ptq1_0,pq2_0,q4_0,q8_0 --chunks 4 --ctx 128 \
   -o "$OUT/zh-tiny.sensitivity.json" --threads "$THREADS" > "$OUT/sensitivity.txt" 2> "$OUT/sensitivity.log"
 plans=()
 for b in $BUDGETS; do
@@ -38,5 +38,5 @@ done
 printf 'name: pq2-keep-embed-head-q8\ndescription: ternary-keep-embed-head-q8 with PQ2_0 blocks\ndefault: PQ2_0\nrules:\n  - match: %s\n    type: Q8_0\n' \
   "'^(token_embd|output)\\.weight\$'" > "$OUT/pq2-keep-embed-head-q8.yaml"
 run "$BONSAI" sweep -m "$MODEL" --plans "${plans[@]}" ternary-keep-embed-head-q8 "$OUT/pq2-keep-embed-head-q8.yaml" \
-  ternary-all --eval "$EVAL" --ctx 512 --stats "$STATS" -o "$OUT/sweep" --threads "$THREADS" \
+  ternary-all --eval "$EVAL" --ctx 512 --chunks 20 --stats "$STATS" -o "$OUT/sweep" --threads "$THREADS" \
   2>&1 | tee -a "$OUT/sweep.log"
