@@ -73,41 +73,30 @@ int run(const std::vector<std::string>& args) {
   kh.k = vm["kl-top-k"].as<int64_t>();
   kh.tokens_hash = hash_tokens(tokens);
   if (kh.k < 1) throw Error("--kl-top-k must be at least 1");
-  std::vector<BaseDist> saved, base;
-  KldAccumulator kld;
+  std::vector<BaseDist> base;
   const bool save = vm.count("save-logits"), compare = vm.count("kl-base");
   if (compare) {
     const std::string bp = vm["kl-base"].as<std::string>();
     KldHeader bh;
     base = read_kld(bp, &bh);
-    if (bh.n_vocab != n_vocab) fail(bp, "was saved with a vocabulary of ", bh.n_vocab, "; this model has ", n_vocab);
-    if (bh.n_ctx != po.n_ctx) fail(bp, "was saved with --ctx ", bh.n_ctx, "; this run uses ", po.n_ctx);
-    if (bh.tokens_hash != kh.tokens_hash) fail(bp, "was saved on another text (or another tokenization of it)");
+    check_kld_base(bp, bh, kh);
     const int64_t avail = bh.chunks;
     if (po.max_chunks < 0 || po.max_chunks > avail) po.max_chunks = avail;
-  }
-  if (save || compare) {
-    size_t at = 0;
-    po.on_position = [&](const float* logits, int32_t next) {
-      if (save) saved.push_back(reduce_logits(logits, n_vocab, kh.k, next));
-      if (compare) {
-        if (at >= base.size()) throw Error(cat(vm["kl-base"].as<std::string>(), ": holds fewer positions than this run scores"));
-        kld.add(base[at++], logits, n_vocab);
-      }
-    };
   }
   if (!json)
     std::fprintf(stderr, "perplexity: %zu tokens, ctx %lld, scoring %lld tokens per chunk\n", tokens.size(),
                  static_cast<long long>(po.n_ctx), static_cast<long long>(po.n_ctx - po.n_ctx / 2 - 1));
-  const PerplexityResult r = perplexity(*model, *backend, tokens, po, text_path, [&](int64_t i, double ppl) {
-    if (!json) std::fprintf(stderr, "[%lld]%.4f,", static_cast<long long>(i + 1), ppl);
-  });
+  const KldRun run = perplexity_kld(*model, *backend, tokens, po, text_path, save ? kh.k : 0, compare ? &base : nullptr,
+                                    compare ? vm["kl-base"].as<std::string>() : "", [&](int64_t i, double ppl) {
+                                      if (!json) std::fprintf(stderr, "[%lld]%.4f,", static_cast<long long>(i + 1), ppl);
+                                    });
+  const PerplexityResult& r = run.ppl;
   const double tps = double(r.chunks * po.n_ctx) / r.seconds;
   if (save) {
     kh.chunks = r.chunks;
-    write_kld(vm["save-logits"].as<std::string>(), kh, saved);
+    write_kld(vm["save-logits"].as<std::string>(), kh, run.saved);
   }
-  const KldResult k = kld.result();
+  const KldResult& k = run.kld;
   if (json) {
     nlohmann::json j = {{"model", vm["model"].as<std::string>()}, {"text", text_path}, {"ppl", r.ppl}, {"ppl_err", r.ppl_err},
                         {"mean_nll", r.mean_nll}, {"tokens", r.tokens}, {"tokens_scored", r.tokens_scored}, {"ctx", r.n_ctx},

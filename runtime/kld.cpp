@@ -54,6 +54,12 @@ BaseDist reduce_logits(const float* logits, int64_t n_vocab, int64_t k, int32_t 
   return d;
 }
 
+void check_kld_base(const std::string& path, const KldHeader& bh, const KldHeader& kh) {
+  if (bh.n_vocab != kh.n_vocab) fail(path, "was saved with a vocabulary of ", bh.n_vocab, "; this model has ", kh.n_vocab);
+  if (bh.n_ctx != kh.n_ctx) fail(path, "was saved with --ctx ", bh.n_ctx, "; this run uses ", kh.n_ctx);
+  if (bh.tokens_hash != kh.tokens_hash) fail(path, "was saved on another text (or another tokenization of it)");
+}
+
 uint64_t hash_tokens(const std::vector<int32_t>& t) { return XXH3_64bits(t.data(), t.size() * sizeof(int32_t)); }
 
 void write_kld(const std::string& path, const KldHeader& h, const std::vector<BaseDist>& dists) {
@@ -153,6 +159,29 @@ KldResult KldAccumulator::result() const {
   r.dp_rms = std::sqrt(d2 / n);
   r.mean_rest = rest_ / n;
   return r;
+}
+
+KldRun perplexity_kld(const Model& model, Backend& backend, const std::vector<int32_t>& tokens,
+                      const PerplexityOptions& po_in, const std::string& source, int64_t save_k,
+                      const std::vector<BaseDist>* base, const std::string& base_name,
+                      const std::function<void(int64_t, double)>& on_chunk) {
+  KldRun run;
+  PerplexityOptions po = po_in;
+  KldAccumulator acc;
+  const int64_t n_vocab = model.cfg.n_vocab;
+  if (save_k > 0 || base) {
+    size_t at = 0;
+    po.on_position = [&](const float* logits, int32_t next) {
+      if (save_k > 0) run.saved.push_back(reduce_logits(logits, n_vocab, save_k, next));
+      if (base) {
+        if (at >= base->size()) throw Error(cat(base_name, ": holds fewer positions than this run scores"));
+        acc.add((*base)[at++], logits, n_vocab);
+      }
+    };
+  }
+  run.ppl = perplexity(model, backend, tokens, po, source, on_chunk);
+  if (base) run.kld = acc.result();
+  return run;
 }
 
 }  // namespace bonsai

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/perplexity.h"
+
 namespace bonsai {
 
 // One scored position of the base run.
@@ -37,6 +39,10 @@ BaseDist reduce_logits(const float* logits, int64_t n_vocab, int64_t k, int32_t 
 void write_kld(const std::string& path, const KldHeader& h, const std::vector<BaseDist>& dists);
 std::vector<BaseDist> read_kld(const std::string& path, KldHeader* h);
 
+// Error naming `path` (the base's file) when its header does not fit this run's (`run`: n_vocab,
+// n_ctx, tokens_hash): another vocabulary, context size or text.
+void check_kld_base(const std::string& path, const KldHeader& base, const KldHeader& run);
+
 uint64_t hash_tokens(const std::vector<int32_t>& tokens);
 
 struct KldResult {
@@ -59,5 +65,18 @@ class KldAccumulator {
   int64_t agree_ = 0;
   double rest_ = 0;
 };
+
+// Perplexity with the KL side wired in: save_k > 0 keeps every scored position's top save_k
+// distribution in `saved` (the base run); `base` non-null compares each position with the base's
+// (Error naming `base_name` when the base holds fewer positions than this run scores).
+struct KldRun {
+  PerplexityResult ppl;
+  std::vector<BaseDist> saved;
+  KldResult kld;  // empty unless `base` was given
+};
+KldRun perplexity_kld(const Model& model, Backend& backend, const std::vector<int32_t>& tokens,
+                      const PerplexityOptions& po, const std::string& source, int64_t save_k,
+                      const std::vector<BaseDist>* base, const std::string& base_name,
+                      const std::function<void(int64_t, double)>& on_chunk = {});
 
 }  // namespace bonsai

@@ -1,0 +1,74 @@
+// bonsai sweep -m MODEL --plans P... --eval TEXT -o DIR: quantize with each plan from one
+// statistics file, measure perplexity and KLD, write CSV/JSON/Pareto SVG (mixed/sweep.h).
+#include <cstdio>
+
+#include "cli/command.h"
+#include "cli/json_out.h"
+#include "mixed/sweep.h"
+#include "quantize/pipeline.h"
+
+namespace bonsai::cli {
+namespace {
+
+int run(const std::vector<std::string>& args) {
+  po::options_description opts("options");
+  add_model(opts);
+  mixed::SweepOptions so;
+  opts.add_options()("plans", po::value<std::vector<std::string>>(&so.plans)->multitoken()->required(),
+                     "plan files or preset names, one row each (named by the plan)")(
+      "eval", po::value<std::string>(&so.eval_text)->required(), "evaluation text (perplexity, KLD)")(
+      "output,o", po::value<std::string>(&so.out_dir)->required(), "output folder (rows already there are skipped)")(
+      "stats", po::value<std::string>(&so.stats),
+      "statistics file: loaded when present, else measured by the first plan and saved (default: DIR/stats.gguf)")(
+      "method", po::value<std::string>(), "method for ternary tensors (default: the plans', else quantize's)")(
+      "ctx,c", po::value<int64_t>(&so.ctx)->default_value(so.ctx), "perplexity context")(
+      "chunks", po::value<int64_t>(&so.chunks)->default_value(so.chunks), "perplexity chunks (-1: the whole text)")(
+      "kl-top-k", po::value<int64_t>(&so.kl_top_k)->default_value(so.kl_top_k), "base tokens kept per position")(
+      "no-q8-reference", po::bool_switch(), "skip the Q8_0 reference row")(
+      "calib", po::value<std::vector<std::string>>(&so.calib_files)->multitoken(), "calibration text (when measuring)")(
+      "calib-windows", po::value<int64_t>(&so.calib_windows)->default_value(so.calib_windows), "calibration windows")(
+      "calib-len", po::value<int64_t>(&so.calib_len)->default_value(so.calib_len), "tokens per calibration window")(
+      "seed", po::value<uint64_t>(&so.seed)->default_value(so.seed), "calibration window seed");
+  add_threads(opts);
+  add_device(opts);
+  add_json(opts);
+  po::variables_map vm;
+  if (!parse(args, "bonsai sweep -m MODEL --plans P1.yaml P2.yaml ... --eval TEXT [--stats STATS] -o DIR",
+             "Rows: BF16 (the model as stored; its distributions are saved as the KLD base), one per\n"
+             "plan, and Q8_0 (every matrix Q8_0). Every plan is quantized from ONE statistics file:\n"
+             "loaded when --stats exists, else measured by the first plan that needs it and reused by\n"
+             "the rest (the log says which, per row). Each row: perplexity on --eval (llama-perplexity's\n"
+             "method), KLD against BF16, bits/weight over the block linear weights, sizes, times.\n"
+             "Writes DIR/NAME.row.json per finished row (a rerun skips those), DIR/sweep.csv,\n"
+             "DIR/sweep.json and DIR/pareto.svg (perplexity against bits/weight, references as lines).\n\n"
+             "example:\n  bonsai sweep -m zh-tiny-qwen3 --plans b19.yaml b22.yaml ternary-keep-embed-head-q8 \\\n"
+             "      --eval eval.txt --stats zh.stats.gguf -o sweep/",
+             opts, {}, vm))
+    return 0;
+  so.model = vm["model"].as<std::string>();
+  if (vm.count("method")) so.method = quant::parse_method(vm["method"].as<std::string>());
+  so.q8_reference = !vm["no-q8-reference"].as<bool>();
+  so.device = vm["device"].as<std::string>();
+  so.threads = vm["threads"].as<int>();
+  const bool json = vm["json"].as<bool>();
+  mixed::SweepEvents ev;
+  ev.info = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+  const std::vector<mixed::SweepRow> rows = mixed::run_sweep(so, ev);
+  if (json) {
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& r : rows) all.push_back(nlohmann::json(mixed::to_json(r)));
+    print_json(all);
+    return 0;
+  }
+  std::printf("%-32s %10s %12s %18s %12s %10s\n", "row", "bpw(blk)", "tensor MiB", "PPL", "KLD", "stats");
+  for (const auto& r : rows)
+    std::printf("%-32s %10.4f %12.2f %10.3f +/- %5.2f %12.6f %10s\n", r.name.c_str(), r.bpw_block,
+                double(r.tensor_bytes) / 1048576.0, r.ppl, r.ppl_err, r.kld_mean.value_or(0), r.statistics.c_str());
+  std::printf("wrote %s/sweep.csv, sweep.json, pareto.svg\n", so.out_dir.c_str());
+  return 0;
+}
+
+const Registrar reg({"sweep", "quantize with several plans from one statistics file; perplexity, KLD, Pareto plot", run});
+
+}  // namespace
+}  // namespace bonsai::cli

@@ -1,0 +1,74 @@
+// `bonsai sweep`: quantize a model with several plans from ONE statistics file (measured by the
+// first plan that needs it, or loaded; every later plan reuses it with no calibration forward),
+// then measure each result's perplexity on evaluation text and its KL divergence against the
+// unquantized model's saved distributions. Each finished row is its own JSON file in the output
+// folder, written atomically, so an interrupted sweep resumes: rows whose file exists are
+// skipped. The table (CSV, JSON) and the Pareto plot (SVG) are rewritten from every finished row.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plot/svg.h"
+#include "quantize/ternary.h"
+
+namespace bonsai::mixed {
+
+struct SweepRow {
+  std::string name;        // the plan's name; "bf16" and "q8_0" for the references
+  std::string kind;        // "plan" or "reference"
+  std::string plan;        // the plan argument (file or preset); "" for bf16
+  uint64_t tensor_bytes = 0, file_bytes = 0;
+  uint64_t block_linear_bytes = 0;
+  int64_t block_linear_elems = 0;
+  double bpw_block = 0;  // bits per weight over the block linear weights (the quantized matrices)
+  double ppl = 0, ppl_err = 0;
+  int64_t chunks = 0, tokens_scored = 0;
+  std::optional<double> kld_mean, kld_err, kld_p99, top1;
+  std::string statistics;  // "calibrated", "loaded", "not needed"
+  double quantize_s = 0, eval_s = 0;
+};
+
+nlohmann::ordered_json to_json(const SweepRow& r);
+SweepRow sweep_row_from_json(const nlohmann::json& j, const std::string& source);
+
+// The file a finished row lives in: DIR/NAME.row.json.
+std::string row_path(const std::string& dir, const std::string& name);
+// The finished row of `name` in `dir`, or nullopt; a row file that cannot be read is an Error
+// naming it (delete it to measure again).
+std::optional<SweepRow> finished_row(const std::string& dir, const std::string& name);
+void save_row(const std::string& dir, const SweepRow& r);
+
+std::string rows_csv(const std::vector<SweepRow>& rows);
+// Perplexity against bits/weight over the block linear weights: the plans as points (labelled),
+// their Pareto front as a line, BF16 and Q8_0 (rows of kind "reference") as horizontal lines.
+plot::XYChart pareto_chart(const std::vector<SweepRow>& rows, const std::string& title);
+// Indices of the rows on the lower-left front (no other row both smaller and better).
+std::vector<size_t> pareto_front(const std::vector<SweepRow>& rows);
+
+struct SweepOptions {
+  std::string model, eval_text, out_dir;
+  std::vector<std::string> plans;  // files or preset names
+  std::string stats;               // default: OUT/stats.gguf
+  std::optional<quant::Method> method;
+  int64_t ctx = 512, chunks = -1, kl_top_k = 128;
+  bool q8_reference = true;
+  std::vector<std::string> calib_files;
+  int64_t calib_windows = 128, calib_len = 512;
+  uint64_t seed = 0;
+  std::string device = "cpu";
+  int threads = 0;
+};
+
+struct SweepEvents {
+  std::function<void(const std::string&)> info;
+};
+
+// Runs the unfinished rows (BF16 base first: its distributions are the KLD base; then the plans;
+// then Q8_0) and returns every row, finished earlier or now, in that order.
+std::vector<SweepRow> run_sweep(const SweepOptions& o, const SweepEvents& ev = {});
+
+}  // namespace bonsai::mixed

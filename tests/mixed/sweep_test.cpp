@@ -1,0 +1,111 @@
+// The sweep's bookkeeping: finished rows are found by name and skipped, damaged row files are
+// errors naming them, the Pareto front and the CSV follow the rows; and end to end on zh-tiny, a
+// second run of the same sweep measures nothing again.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "formats/text_file.h"
+#include "mixed/sweep.h"
+#include "support.h"
+
+using namespace bonsai;
+using namespace bonsai::mixed;
+namespace fs = std::filesystem;
+
+namespace {
+
+SweepRow row(const std::string& name, const std::string& kind, double bpw, double ppl) {
+  SweepRow r;
+  r.name = name;
+  r.kind = kind;
+  r.plan = name + ".yaml";
+  r.bpw_block = bpw;
+  r.block_linear_elems = 1000;
+  r.block_linear_bytes = uint64_t(bpw * 1000 / 8);
+  r.ppl = ppl;
+  r.ppl_err = 1;
+  r.chunks = 3;
+  r.tokens_scored = 300;
+  r.statistics = "loaded";
+  if (kind == "plan") r.kld_mean = 0.01, r.kld_err = 0.001, r.kld_p99 = 0.1, r.top1 = 0.9;
+  return r;
+}
+
+}  // namespace
+
+TEST(Sweep, FinishedRowsAreFoundAndDamagedOnesNamed) {
+  const auto dir = test::scratch_dir().string();
+  EXPECT_FALSE(finished_row(dir, "b22").has_value());
+  save_row(dir, row("b22", "plan", 2.2, 720));
+  const auto r = finished_row(dir, "b22");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_DOUBLE_EQ(r->ppl, 720);
+  EXPECT_DOUBLE_EQ(*r->kld_mean, 0.01);
+  EXPECT_EQ(r->statistics, "loaded");
+  EXPECT_FALSE(finished_row(dir, "b19").has_value());
+  write_text_file(row_path(dir, "b19"), "{\"name\": \"b19\"");
+  test::expect_error([&] { finished_row(dir, "b19"); }, row_path(dir, "b19"));
+  write_text_file(row_path(dir, "b19"), to_json(row("b26", "plan", 2.6, 700)).dump());
+  EXPECT_NE(test::expect_error([&] { finished_row(dir, "b19"); }, row_path(dir, "b19")).find("b26"), std::string::npos);
+  auto bad = to_json(row("b19", "plan", 1.9, 750));
+  bad["ppl"] = 0;
+  write_text_file(row_path(dir, "b19"), bad.dump());
+  test::expect_error([&] { finished_row(dir, "b19"); }, row_path(dir, "b19"));
+}
+
+TEST(Sweep, ParetoFrontCsvAndChart) {
+  const std::vector<SweepRow> rows = {row("bf16", "reference", 16, 700), row("a", "plan", 1.75, 745),
+                                      row("b", "plan", 2.0, 750), row("c", "plan", 2.2, 725), row("d", "plan", 2.6, 718),
+                                      row("q8_0", "reference", 8.5, 701)};
+  EXPECT_EQ(pareto_front(rows), (std::vector<size_t>{1, 3, 4}));  // b is beaten by a (smaller and better)
+  const std::string csv = rows_csv(rows);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 7);
+  EXPECT_EQ(csv.rfind("name,kind,plan,bpw_block_linear", 0), 0u);
+  EXPECT_NE(csv.find("c,plan,c.yaml,2.2000,"), std::string::npos);
+  const plot::XYChart c = pareto_chart(rows, "t");
+  ASSERT_EQ(c.refs.size(), 2u);
+  EXPECT_DOUBLE_EQ(c.refs[1].y, 701);
+  ASSERT_EQ(c.series.size(), 2u);
+  EXPECT_EQ(c.series[0].x.size(), 4u);
+  EXPECT_EQ(c.series[1].x, (std::vector<double>{1.75, 2.2, 2.6}));
+}
+
+TEST(Sweep, SecondRunSkipsFinishedRows) {
+  BONSAI_REQUIRE_SHARED("models/zh-tiny-qwen3/config.json");
+  BONSAI_REQUIRE_SHARED("corpora/zh/eval-debian-handbook-zh-CN.txt");
+  const auto dir = test::scratch_dir();
+  // A plan needing no statistics (Q4_0 blocks): the test is about the bookkeeping, not calibration.
+  write_text_file((dir / "q4.yaml").string(), "name: q4\ndefault: Q4_0\n");
+  SweepOptions o;
+  o.model = test::shared_file("models/zh-tiny-qwen3").string();
+  o.eval_text = test::shared_file("corpora/zh/eval-debian-handbook-zh-CN.txt").string();
+  o.out_dir = (dir / "out").string();
+  o.plans = {(dir / "q4.yaml").string()};
+  o.ctx = 32;
+  o.chunks = 2;
+  o.kl_top_k = 8;
+  o.q8_reference = false;
+  std::string log;
+  SweepEvents ev;
+  ev.info = [&](const std::string& s) { log += s + "\n"; };
+  const auto first = run_sweep(o, ev);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[1].name, "q4");
+  EXPECT_EQ(first[1].statistics, "not needed");
+  EXPECT_NEAR(first[1].bpw_block, 4.5, 1e-9);
+  ASSERT_TRUE(first[1].kld_mean.has_value());
+  EXPECT_GT(*first[1].kld_mean, 0);
+  for (const char* f : {"bf16.row.json", "bf16.kld", "q4.row.json", "q4.gguf", "sweep.csv", "sweep.json", "pareto.svg"})
+    EXPECT_TRUE(fs::exists(dir / "out" / f)) << f;
+  EXPECT_EQ(log.find("finished earlier"), std::string::npos);
+  // Remove the quantized file: a rerun that quantized again would recreate it.
+  fs::remove(dir / "out" / "q4.gguf");
+  log.clear();
+  const auto second = run_sweep(o, ev);
+  EXPECT_NE(log.find("bf16: finished earlier"), std::string::npos) << log;
+  EXPECT_NE(log.find("q4: finished earlier"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(dir / "out" / "q4.gguf"));
+  ASSERT_EQ(second.size(), 2u);
+  EXPECT_DOUBLE_EQ(second[1].ppl, first[1].ppl);
+}
