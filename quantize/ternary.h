@@ -35,7 +35,7 @@ struct MethodOptions {
   bool refit_scales = true;
   // gptq with refit_scales: passes in all; each after the first re-runs GPTQ with the refitted
   // scales fixed, then refits again (stops early when a pass does not lower the output error).
-  int gptq_passes = 2;
+  int gptq_passes = 4;
   // Stage 2 (quantize/grid4.h): PQ2_0's grid {-1, 0, +1, +2}·d, d of either sign. Per-group
   // methods refine their stage-1 result by Lloyd iterations; gptq uses the grid inside its error
   // feedback. The result packs only as PQ2_0.
