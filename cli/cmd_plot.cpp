@@ -5,6 +5,7 @@
 
 #include "cli/command.h"
 #include "formats/error.h"
+#include "formats/number.h"
 #include "formats/text_file.h"
 #include "plot/svg.h"
 
@@ -22,12 +23,7 @@ std::vector<std::string> split(const std::string& line, char sep) {
 
 double number(const std::string& s, const std::string& where) {
   size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
+  const double v = leading_double(s, &used);
   if (used == 0 || used != s.size()) throw Error(cat(where, ": '", s, "' is not a number"));
   return v;
 }

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "formats/error.h"
+#include "formats/number.h"
 #include "quantize/pipeline.h"
 
 namespace bonsai::mixed {
@@ -14,12 +15,7 @@ Budget parse_budget(const std::string& s) {
   Budget b;
   b.text = s;
   size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
+  const double v = leading_double(s, &used);
   std::string unit = s.substr(used);
   for (char& c : unit) c = char(std::tolower(static_cast<unsigned char>(c)));
   if (used == 0 || !std::isfinite(v) || v <= 0)
