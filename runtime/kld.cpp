@@ -118,23 +118,26 @@ void KldAccumulator::add(const BaseDist& base, const float* logits, int64_t n_vo
   double mx = 0, lse = 0;
   log_softmax_terms(logits, n_vocab, &mx, &lse);
   auto logq = [&](int32_t v) { return double(logits[v]) - mx - lse; };
+  // This side is reduced exactly as reduce_logits reduced the base (log-probabilities rounded to
+  // float, the rest's mass from the unrounded sum), so a model against its own saved logits gives
+  // exactly 0, not the base's float rounding.
   double kld = 0, kept_q = 0;
   for (size_t i = 0; i < base.ids.size(); ++i) {
-    const double lp = base.logp[i], lq = logq(base.ids[i]);
+    const double lq_exact = logq(base.ids[i]), lp = base.logp[i], lq = double(float(lq_exact));
     kld += std::exp(lp) * (lp - lq);
-    kept_q += std::exp(lq);
+    kept_q += std::exp(lq_exact);
   }
   const double p_rest = std::isfinite(base.logp_rest) ? std::exp(double(base.logp_rest)) : 0.0;
   if (p_rest > 0) {
     const double q_rest = std::max(1.0 - kept_q, 1e-300);
-    kld += p_rest * (double(base.logp_rest) - std::log(q_rest));
+    kld += p_rest * (double(base.logp_rest) - double(float(std::log(q_rest))));
   }
   kld_.push_back(std::max(kld, 0.0));  // float rounding can leave -1e-12 for identical models
   int32_t arg = 0;
   for (int64_t v = 1; v < n_vocab; ++v)
     if (logits[v] > logits[arg]) arg = int32_t(v);
   agree_ += arg == base.ids[0];
-  dp_.push_back(std::exp(logq(base.next)) - std::exp(double(base.logp_next)));
+  dp_.push_back(std::exp(double(float(logq(base.next)))) - std::exp(double(base.logp_next)));
   rest_ += p_rest;
 }
 
