@@ -172,8 +172,8 @@ KldRun perplexity_kld(const Model& model, Backend& backend, const std::vector<in
   PerplexityOptions po = po_in;
   KldAccumulator acc;
   const int64_t n_vocab = model.cfg.n_vocab;
+  size_t at = 0;  // the callback runs inside perplexity() below: it must outlive the if
   if (save_k > 0 || base) {
-    size_t at = 0;
     po.on_position = [&](const float* logits, int32_t next) {
       if (save_k > 0) run.saved.push_back(reduce_logits(logits, n_vocab, save_k, next));
       if (base) {
