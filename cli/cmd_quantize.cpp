@@ -137,7 +137,8 @@ int run(const std::vector<std::string>& args) {
       "output-tensor-type", po::value<std::string>(), "type of output.weight, after the plan (untied models)")(
       "token-embedding-type", po::value<std::string>(), "type of token_embd.weight, after the plan")(
       "method", po::value<std::string>(),
-      "ternary method where the plan's rules name none: rtn, absmean, optimal, gptq (default: the plan's, else gptq)")(
+      "ternary method where the plan's rules name none: rtn, absmean, optimal, gptq, tune (tune needs a build "
+      "with LibTorch; default: the plan's, else gptq)")(
       "rotate", po::value<std::string>()->default_value("none"), "input rotation folded into the weights: none or hadamard")(
       "rotate-block", po::value<int64_t>()->default_value(128), "Hadamard block size (a power of two dividing every rotated width)")(
       "calib", po::value<std::vector<std::string>>()->multitoken(),

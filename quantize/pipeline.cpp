@@ -17,6 +17,7 @@
 #include "quantize/provenance.h"
 #include "quantize/residual.h"
 #include "quantize/rotate.h"
+#include "quantize/tune.h"
 #include "runtime/bench.h"
 #include "runtime/load.h"
 
@@ -84,9 +85,11 @@ Tensor quantize_matrix(const Tensor& like, const float* w, const TensorPlan& tp,
   std::optional<Method> used = tp.method;
   if (is_ternary(tp.type)) {
     Method m = *tp.method;
-    if (m == Method::gptq && !in.gram) {
+    if (method_needs_gram(m) && !in.gram) {
       // Only matrices outside the blocks (the embedding lookup) have no statistics.
-      if (info) info(cat("note: '", like.name, "' has no input statistics: optimal (plain squared error) instead of gptq"));
+      if (info)
+        info(cat("note: '", like.name, "' has no input statistics: optimal (plain squared error) instead of ",
+                 method_name(m)));
       m = Method::optimal;
     }
     used = m;
@@ -276,6 +279,9 @@ QuantizeResult run_quantize(const QuantizeOptions& o, const QuantizeEvents& ev, 
   apply_overrides(plan, o.overrides);
   res.plan = resolve_plan(plan, src.tensors, cfg.n_layer, o.method, kDefaultMethod);
   const ResolvedPlan& rp = res.plan;
+  // A build without LibTorch refuses tune before any work (not after calibrating).
+  for (const auto& t : rp.tensors)
+    if (t.method == Method::tune) require_torch();
   info(cat("plan ", rp.plan_name, " (", rp.plan_source, ") on ", o.source, ":"));
   info(rp.table());
   if (o.dry_run) return res;
@@ -359,7 +365,7 @@ QuantizeResult run_quantize(const QuantizeOptions& o, const QuantizeEvents& ev, 
   if (calibrate) {
     calib_files = o.calib_files.empty() ? default_calib_files() : o.calib_files;
     if (calib_files.empty())
-      throw Error("no calibration text: pass --calib FILE... (the plan's methods optimal/gptq need statistics)");
+      throw Error("no calibration text: pass --calib FILE... (the plan's methods optimal/gptq/tune need statistics)");
     calib_sha = sha256_files(calib_files);
   }
 
@@ -468,8 +474,9 @@ QuantizeResult run_quantize(const QuantizeOptions& o, const QuantizeEvents& ev, 
       if (it->second.cols != t.ne[0])
         fail(o.stats_path, "statistics for '", it->first, "' have ", it->second.cols, " columns, '", t.name, "' reads ",
              t.ne[0]);
-      if (t.method == Method::gptq && it->second.gram.empty())
-        fail(o.stats_path, "no Gram matrix for '", it->first, "', which gptq needs (measure again without this file)");
+      if (t.method && method_needs_gram(*t.method) && it->second.gram.empty())
+        fail(o.stats_path, "no Gram matrix for '", it->first, "', which ", method_name(*t.method),
+             " needs (measure again without this file)");
     }
     info(cat("statistics loaded from ", o.stats_path, ": no model forward"));
     stage("load statistics");

@@ -238,13 +238,13 @@ const TensorPlan* ResolvedPlan::find(const std::string& name) const {
 
 bool ResolvedPlan::needs_importance() const {
   for (const auto& t : tensors)
-    if (t.method && (*t.method == Method::optimal || *t.method == Method::gptq)) return true;
+    if (t.method && (*t.method == Method::optimal || method_needs_gram(*t.method))) return true;
   return false;
 }
 
 bool ResolvedPlan::needs_gram() const {
   for (const auto& t : tensors)
-    if (t.method && *t.method == Method::gptq) return true;
+    if (t.method && method_needs_gram(*t.method)) return true;
   return false;
 }
 

@@ -1,6 +1,7 @@
 #include "quantize/ternary.h"
 
 #include <cmath>
+#include <iterator>
 #include <string_view>
 
 #include "formats/blocks.h"
@@ -9,11 +10,12 @@
 #include "quantize/gptq.h"
 #include "quantize/grid4.h"
 #include "quantize/group_fit.h"
+#include "quantize/tune.h"
 
 namespace bonsai::quant {
 namespace {
 
-constexpr std::string_view kMethodNames[] = {"rtn", "absmean", "optimal", "gptq"};
+constexpr std::string_view kMethodNames[] = {"rtn", "absmean", "optimal", "gptq", "tune"};
 constexpr float kMaxFp16 = 65504.0f;
 
 template <typename... Args>
@@ -36,12 +38,15 @@ void validate(const MatrixIn& in, Method method, const MethodOptions& opts) {
     for (int64_t j = 0; j < in.cols; ++j)
       if (!(in.importance[j] >= 0.0f) || !std::isfinite(in.importance[j]))
         bad("importance of column ", j, " = ", in.importance[j], " (must be a finite E[x²] >= 0)");
-  if (method != Method::gptq) return;
+  if (method == Method::tune) require_torch();  // before anything else: only a rebuild helps
+  if (!method_needs_gram(method)) return;
   if (!in.gram)
-    bad("method gptq needs the Gram matrix E[x xᵀ] of the layer's input (calibration with Gram "
-        "collection); rtn, absmean and optimal do without");
+    bad("method ", method_name(method), " needs the Gram matrix E[x xᵀ] of the layer's input (calibration with "
+        "Gram collection); rtn, absmean and optimal do without");
   if (!(opts.gptq_damp >= 0.0) || !std::isfinite(opts.gptq_damp)) bad("gptq damping ", opts.gptq_damp, " must be >= 0");
   if (opts.gptq_block < 1) bad("gptq block ", opts.gptq_block, " must be >= 1");
+  if (opts.tune_steps < 0) bad("tune steps ", opts.tune_steps, " must be >= 0");
+  if (!(opts.tune_lr > 0.0) || !std::isfinite(opts.tune_lr)) bad("tune learning rate ", opts.tune_lr, " must be > 0");
   for (int64_t j = 0; j < in.cols; ++j) {
     if (!(in.gram[j * in.cols + j] >= 0.0)) bad("Gram matrix diagonal ", j, " = ", in.gram[j * in.cols + j], " (must be >= 0)");
     for (int64_t k = 0; k < in.cols; ++k)
@@ -81,9 +86,9 @@ void check_shape(const TernaryMatrix& m) {
 const char* method_name(Method m) { return kMethodNames[int(m)].data(); }
 
 Method parse_method(const std::string& s) {
-  for (int i = 0; i < 4; ++i)
+  for (size_t i = 0; i < std::size(kMethodNames); ++i)
     if (s == kMethodNames[i]) return Method(i);
-  bad("unknown method '", s, "' (known: rtn, absmean, optimal, gptq)");
+  bad("unknown method '", s, "' (known: rtn, absmean, optimal, gptq, tune)");
 }
 
 TernaryMatrix quantize_ternary(const MatrixIn& in, Method method, const MethodOptions& opts) {
@@ -93,10 +98,15 @@ TernaryMatrix quantize_ternary(const MatrixIn& in, Method method, const MethodOp
   out.cols = in.cols;
   out.codes.assign(size_t(in.rows * in.cols), 0);
   out.scales.assign(size_t(in.rows * (in.cols / kGroup)), 0);
-  if (method == Method::gptq)
+  if (method == Method::gptq) {
     gptq_ternary(in, opts, out);
-  else
+  } else if (method == Method::tune) {
+    per_group(in, Method::optimal, false, out);
+    tune_ternary(in, opts, out);
+    if (opts.four_levels) out = refine_grid4(in, out);
+  } else {
     per_group(in, method, opts.four_levels, out);
+  }
   return out;
 }
 

@@ -4,6 +4,8 @@
 //   absmean  TWN: threshold 0.7·mean|w|, scale = mean |w| over the kept weights
 //   optimal  exact minimiser of the importance-weighted squared error over threshold and scale
 //   gptq     GPTQ error feedback on the ternary grid (Cholesky of the damped inverse Gram matrix)
+//   tune     optimal, then each group's scale and threshold refined by gradient descent (LibTorch,
+//            straight-through estimator) on the layer's output error (quantize/tune.h)
 // Codes are always chosen against the scale that will be stored (its fp16 rounding).
 #pragma once
 #include <cstdint>
@@ -16,15 +18,18 @@ namespace bonsai::quant {
 
 constexpr int64_t kGroup = 128;
 
-enum class Method { rtn, absmean, optimal, gptq };
+enum class Method { rtn, absmean, optimal, gptq, tune };
 const char* method_name(Method m);
 Method parse_method(const std::string& s);  // Error listing the methods for an unknown name
+// gptq and tune measure the output error through the Gram matrix E[x xᵀ]; the others need at most
+// its diagonal.
+inline bool method_needs_gram(Method m) { return m == Method::gptq || m == Method::tune; }
 
 struct MatrixIn {
   const float* w = nullptr;           // rows × cols, row-major: row r = output r
   int64_t rows = 0, cols = 0;         // cols % 128 == 0
   const float* importance = nullptr;  // cols: E[x²] per input column; null = all ones
-  const double* gram = nullptr;       // cols × cols: E[x xᵀ]; required by gptq
+  const double* gram = nullptr;       // cols × cols: E[x xᵀ]; required by gptq and tune
 };
 
 struct MethodOptions {
@@ -40,6 +45,10 @@ struct MethodOptions {
   // methods refine their stage-1 result by Lloyd iterations; gptq uses the grid inside its error
   // feedback. The result packs only as PQ2_0.
   bool four_levels = false;
+  // tune: Adam steps from optimal's result, and their learning rate (on the log of each scale and
+  // on each threshold's ratio to its scale).
+  int tune_steps = 150;
+  double tune_lr = 2e-3;
 };
 
 // Codes (rows × cols, values in {-1, 0, +1}, or {-1, 0, +1, +2} with four_levels) and fp16

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Installs the Debian packages bonsai builds with (idempotent; needs root or sudo).
+# Installs the Debian packages bonsai builds with (idempotent; needs root or sudo). libtorch-dev is
+# optional for the build (quantize's method tune needs it; without it the rest builds and tune says
+# so) but installed here so that CI builds and tests tune.
 set -euo pipefail
 pkgs=(g++ cmake ninja-build pkg-config libboost-program-options-dev libeigen3-dev nlohmann-json3-dev
-      libyaml-cpp-dev libpcre2-dev libutf8proc-dev libxxhash-dev libssl-dev zlib1g-dev libgtest-dev libomp-dev)
+      libyaml-cpp-dev libpcre2-dev libutf8proc-dev libxxhash-dev libssl-dev zlib1g-dev libgtest-dev libomp-dev
+      libtorch-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
