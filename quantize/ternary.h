@@ -48,7 +48,7 @@ struct MethodOptions {
   // tune: Adam steps from optimal's result, and their learning rate (on the log of each scale and
   // on each threshold's ratio to its scale).
   int tune_steps = 150;
-  double tune_lr = 2e-3;
+  double tune_lr = 2e-2;
 };
 
 // Codes (rows × cols, values in {-1, 0, +1}, or {-1, 0, +1, +2} with four_levels) and fp16
