@@ -1,0 +1,86 @@
+// See residual_avx2.h. Compiled with -mavx2 -mfma -mf16c (runtime/cpu/CMakeLists.txt); includes
+// no library header with inline code (formats/residual.h's index_at is re-done here on purpose).
+#include "runtime/cpu/residual_avx2.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace bonsai::cpu::avx2 {
+namespace {
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Index p of a row of `bits`-bit indices, LSB first (the layout formats/residual.h packs).
+inline uint32_t index_bits_at(const uint8_t* row, int64_t p, int bits) {
+  const uint64_t bit = uint64_t(p) * uint64_t(bits);
+  uint32_t v = 0;
+  for (int k = 0; k < bits; ++k) v |= uint32_t((row[(bit + uint64_t(k)) >> 3] >> ((bit + uint64_t(k)) & 7)) & 1u) << k;
+  return v;
+}
+
+// The eight indices p0..p0+7 (p0 a multiple of 8, so they start on a byte) as int32 lanes.
+template <int Bits>
+inline __m256i eight_indices(const uint8_t* row, int64_t p0) {
+  const uint8_t* src = row + p0 * Bits / 8;
+  if constexpr (Bits == 8) {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
+  } else {
+    uint32_t w = 0;
+    std::memcpy(&w, src, Bits);  // 8 indices of Bits bits = Bits bytes, little-endian
+    const __m256i shifts = _mm256_setr_epi32(0, Bits, 2 * Bits, 3 * Bits, 4 * Bits, 5 * Bits, 6 * Bits, 7 * Bits);
+    return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(w)), shifts), _mm256_set1_epi32((1 << Bits) - 1));
+  }
+}
+
+template <int Bits>
+void gather_rows(const float* lut, int64_t size, int64_t per_row, const uint8_t* idx, uint64_t row_bytes, int64_t n,
+                 float* y) {
+  // Lane i of `base` is the table offset of sub-vector p0 + i; it moves on by 8 tables per step.
+  const __m256i first = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(int(size)));
+  const __m256i step = _mm256_set1_epi32(int(8 * size));
+  const int64_t full = per_row / 8 * 8;
+  for (int64_t r = 0; r < n; ++r) {
+    const uint8_t* row = idx + uint64_t(r) * row_bytes;
+    __m256i base = first;
+    // Two accumulators: consecutive gathers do not wait on each other's add.
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t p = 0;
+    for (; p + 16 <= full; p += 16) {
+      const __m256i o0 = _mm256_add_epi32(eight_indices<Bits>(row, p), base);
+      base = _mm256_add_epi32(base, step);
+      const __m256i o1 = _mm256_add_epi32(eight_indices<Bits>(row, p + 8), base);
+      base = _mm256_add_epi32(base, step);
+      acc0 = _mm256_add_ps(acc0, _mm256_i32gather_ps(lut, o0, 4));
+      acc1 = _mm256_add_ps(acc1, _mm256_i32gather_ps(lut, o1, 4));
+    }
+    for (; p < full; p += 8) {
+      acc0 = _mm256_add_ps(acc0, _mm256_i32gather_ps(lut, _mm256_add_epi32(eight_indices<Bits>(row, p), base), 4));
+      base = _mm256_add_epi32(base, step);
+    }
+    float s = hsum(_mm256_add_ps(acc0, acc1));
+    for (; p < per_row; ++p) s += lut[p * size + int64_t(index_bits_at(row, p, Bits))];
+    y[r] += s;
+  }
+}
+
+}  // namespace
+
+bool residual_gather(const float* lut, int64_t size, int bits, int64_t per_row, const uint8_t* idx,
+                     uint64_t row_bytes, int64_t n, float* y) {
+  if (per_row * size >= (int64_t{1} << 31)) return false;  // gather offsets are int32
+  switch (bits) {
+    case 1: gather_rows<1>(lut, size, per_row, idx, row_bytes, n, y); return true;
+    case 2: gather_rows<2>(lut, size, per_row, idx, row_bytes, n, y); return true;
+    case 4: gather_rows<4>(lut, size, per_row, idx, row_bytes, n, y); return true;
+    case 8: gather_rows<8>(lut, size, per_row, idx, row_bytes, n, y); return true;
+    default: return false;
+  }
+}
+
+}  // namespace bonsai::cpu::avx2

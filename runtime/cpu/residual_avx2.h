@@ -1,0 +1,16 @@
+// The residual codebooks' gather-add for AVX2 (residual_avx2.cpp, compiled with -mavx2 like
+// kernels_avx2.cpp). Call it only after avx2_usable() (kernels_avx2.h). Plain pointers and
+// integers for the same reason as kernels_avx2.h: no inline library code in that file.
+#pragma once
+#include <cstdint>
+
+namespace bonsai::cpu::avx2 {
+
+// For n rows of kmeans indices (row_bytes apart from idx; per row per_row indices of `bits` bits,
+// LSB first): y[r] += Σ_p lut[p·size + index(r, p)]. Eight indices per _mm256_i32gather_ps.
+// Returns false, computing nothing, for index widths it has no kernel for (it has 1, 2, 4 and 8)
+// or a table too large for 32-bit offsets.
+bool residual_gather(const float* lut, int64_t size, int bits, int64_t per_row, const uint8_t* idx,
+                     uint64_t row_bytes, int64_t n, float* y);
+
+}  // namespace bonsai::cpu::avx2
