@@ -19,11 +19,13 @@ namespace {
 constexpr int64_t kRowChunk = 32;
 
 // One thread's tables: a codebook's centroids transposed (ct[j·size + k], so that the table
-// build's inner loop runs over centroids and vectorizes), the table, the sub-vector sums.
+// build's inner loop runs over centroids and vectorizes), the table, the sub-vector sums. The
+// table has 16 floats of padding: the AVX2 permutes load 16 entries of the last table whatever
+// the codebook size.
 struct Scratch {
   std::vector<float> ct, lut, xsum;
   explicit Scratch(const ResidualView& r)
-      : ct(size_t(r.size * r.dim)), lut(size_t(r.cols / r.dim * r.size)), xsum(size_t(r.cols / r.dim)) {}
+      : ct(size_t(r.size * r.dim)), lut(size_t(r.cols / r.dim * r.size + 16)), xsum(size_t(r.cols / r.dim)) {}
 };
 
 void load_book(const ResidualView& r, int64_t b, Scratch& s) {
@@ -70,8 +72,10 @@ void gather(const ResidualView& r, const Scratch& s, int64_t r0, int64_t r1, flo
       for (int64_t p = 0; p < per_row; ++p)
         sum += fp16_to_f32(ms[2 * p]) * s.xsum[size_t(p)] +
                fp16_to_f32(ms[2 * p + 1]) * lut[p * r.size + index_at(idx, p, r.bits)];
-    } else if (r.bits == 8) {  // the common byte-wide index: no bit extraction
+    } else if (r.bits == 8) {  // the byte-wide and nibble-wide indices: no bit-by-bit extraction
       for (int64_t p = 0; p < per_row; ++p) sum += lut[p * r.size + idx[p]];
+    } else if (r.bits == 4) {
+      for (int64_t p = 0; p < per_row; ++p) sum += lut[p * r.size + ((idx[p >> 1] >> ((p & 1) * 4)) & 15)];
     } else {
       for (int64_t p = 0; p < per_row; ++p) sum += lut[p * r.size + index_at(idx, p, r.bits)];
     }

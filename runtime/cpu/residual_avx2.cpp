@@ -69,15 +69,64 @@ void gather_rows(const float* lut, int64_t size, int64_t per_row, const uint8_t*
   }
 }
 
+// Eight rows at once for indices of Bits <= 4 (codebooks of up to 16 centroids): the tables are
+// small enough for register permutes, so no gather per index. One 32-bit word of each of the
+// eight rows holds the same 32/Bits sub-vectors; lane r of `w` is row r's word, and for each
+// sub-vector p its index in every lane selects from p's table (one permute for up to 8 entries,
+// two and a blend on bit 3 for up to 16). The eight sums come out as one vector: no horizontal add.
+// lut must be readable 16 floats past its last table (residual.cpp pads it).
+template <int Bits>
+void permute_rows8(const float* lut, int64_t size, int64_t per_row, const uint8_t* idx, uint64_t row_bytes,
+                   float* y) {
+  constexpr int kPerWord = 32 / Bits;
+  const __m256i mask = _mm256_set1_epi32((1 << Bits) - 1);
+  const int64_t full = per_row / kPerWord * kPerWord;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t p0 = 0; p0 < full; p0 += kPerWord) {
+    uint32_t words[8];
+    for (int r = 0; r < 8; ++r) std::memcpy(&words[r], idx + uint64_t(r) * row_bytes + p0 * Bits / 8, 4);
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words));
+    for (int j = 0; j < kPerWord; ++j) {
+      const float* lp = lut + (p0 + j) * size;
+      const __m256i shifted = _mm256_srli_epi32(w, j * Bits);
+      if constexpr (Bits == 4) {
+        // The permutes read only an index's low 3 bits; its bit 3, moved to the sign bit, picks
+        // the upper 8 entries in the blend.
+        const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lp), shifted);
+        const __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lp + 8), shifted);
+        const __m256 upper = _mm256_castsi256_ps(_mm256_slli_epi32(w, 28 - j * 4));
+        acc = _mm256_add_ps(acc, _mm256_blendv_ps(lo, hi, upper));
+      } else {
+        acc = _mm256_add_ps(acc, _mm256_permutevar8x32_ps(_mm256_loadu_ps(lp), _mm256_and_si256(shifted, mask)));
+      }
+    }
+  }
+  float s[8];
+  _mm256_storeu_ps(s, acc);
+  for (int r = 0; r < 8; ++r) {
+    const uint8_t* row = idx + uint64_t(r) * row_bytes;
+    for (int64_t p = full; p < per_row; ++p) s[r] += lut[p * size + int64_t(index_bits_at(row, p, Bits))];
+    y[r] += s[r];
+  }
+}
+
+template <int Bits>
+void small_rows(const float* lut, int64_t size, int64_t per_row, const uint8_t* idx, uint64_t row_bytes, int64_t n,
+                float* y) {
+  int64_t r = 0;
+  for (; r + 8 <= n; r += 8) permute_rows8<Bits>(lut, size, per_row, idx + uint64_t(r) * row_bytes, row_bytes, y + r);
+  gather_rows<Bits>(lut, size, per_row, idx + uint64_t(r) * row_bytes, row_bytes, n - r, y + r);
+}
+
 }  // namespace
 
 bool residual_gather(const float* lut, int64_t size, int bits, int64_t per_row, const uint8_t* idx,
                      uint64_t row_bytes, int64_t n, float* y) {
   if (per_row * size >= (int64_t{1} << 31)) return false;  // gather offsets are int32
   switch (bits) {
-    case 1: gather_rows<1>(lut, size, per_row, idx, row_bytes, n, y); return true;
-    case 2: gather_rows<2>(lut, size, per_row, idx, row_bytes, n, y); return true;
-    case 4: gather_rows<4>(lut, size, per_row, idx, row_bytes, n, y); return true;
+    case 1: small_rows<1>(lut, size, per_row, idx, row_bytes, n, y); return true;
+    case 2: small_rows<2>(lut, size, per_row, idx, row_bytes, n, y); return true;
+    case 4: small_rows<4>(lut, size, per_row, idx, row_bytes, n, y); return true;
     case 8: gather_rows<8>(lut, size, per_row, idx, row_bytes, n, y); return true;
     default: return false;
   }

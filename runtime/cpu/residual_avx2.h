@@ -7,8 +7,9 @@
 namespace bonsai::cpu::avx2 {
 
 // For n rows of kmeans indices (row_bytes apart from idx; per row per_row indices of `bits` bits,
-// LSB first): y[r] += Σ_p lut[p·size + index(r, p)]. Eight indices per _mm256_i32gather_ps.
-// Returns false, computing nothing, for index widths it has no kernel for (it has 1, 2, 4 and 8)
+// LSB first): y[r] += Σ_p lut[p·size + index(r, p)]. Indices of up to 4 bits: eight rows at a
+// time through register permutes of the tables; 8 bits: eight indices per _mm256_i32gather_ps.
+// lut must be readable 16 floats past per_row·size. Returns false, computing nothing, for index widths it has no kernel for (it has 1, 2, 4 and 8)
 // or a table too large for 32-bit offsets.
 bool residual_gather(const float* lut, int64_t size, int bits, int64_t per_row, const uint8_t* idx,
                      uint64_t row_bytes, int64_t n, float* y);

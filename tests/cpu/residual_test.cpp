@@ -62,7 +62,8 @@ TEST(CpuResidual, LookupTableMatchesTheExpandedResidual) {
                         {512, 8, 128, 4, 1, true},   {256, 6, 32, 1024, 6, false}, {128, 300, 16, 256, 1, false},
                         {256, 5, 1, 2, 5, false},  {2048, 64, 8, 16, 1, false}, {2048, 64, 8, 16, 16, false},
                         {1024, 40, 4, 256, 2, false}, {512, 9, 8, 4, 3, false}, {384, 10, 32, 16, 2, false},
-                        {1024, 33, 128, 4, 1, true}};
+                        {1024, 33, 128, 4, 1, true}, {512, 16, 8, 4, 1, false},   {256, 24, 2, 2, 1, false},
+                        {384, 16, 32, 16, 1, false}, {1024, 27, 8, 12, 1, false}};
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const Case& c : cases) {
