@@ -35,8 +35,13 @@ void load_book(const ResidualView& r, int64_t b, Scratch& s) {
 }
 
 // lut[p][k] = centroid k · sub-vector p of xt (p-major: a row's gathers stay in one stripe).
-void build_lut(const ResidualView& r, const float* xt, Scratch& s) {
+void build_lut(const ResidualView& r, const float* xt, Scratch& s, bool simd) {
   const int64_t per_row = r.cols / r.dim;
+#if BONSAI_CPU_AVX2
+  if (simd) return avx2::residual_lut(s.ct.data(), r.size, r.dim, xt, per_row, s.lut.data(), s.xsum.data());
+#else
+  (void)simd;
+#endif
   for (int64_t p = 0; p < per_row; ++p) {
     const float* xp = xt + p * r.dim;
     float* out = s.lut.data() + p * r.size;
@@ -97,7 +102,7 @@ void run(const ResidualView& r, const float* x, int64_t n, float* y, bool simd) 
       for (int64_t b = 0; b < r.books; ++b) {
         load_book(r, b, s);
         for (int64_t t = 0; t < n; ++t) {
-          build_lut(r, x + t * r.cols, s);
+          build_lut(r, x + t * r.cols, s, simd);
           gather(r, s, b * g, (b + 1) * g, y + t * r.rows, simd);
         }
       }
@@ -109,7 +114,7 @@ void run(const ResidualView& r, const float* x, int64_t n, float* y, bool simd) 
   for (int64_t b = 0; b < r.books; ++b) {
     load_book(r, b, s);
     for (int64_t t = 0; t < n; ++t) {
-      build_lut(r, x + t * r.cols, s);
+      build_lut(r, x + t * r.cols, s, simd);
       float* yt = y + t * r.rows;
       const int64_t chunks = (g + kRowChunk - 1) / kRowChunk;
 #pragma omp parallel for schedule(static) num_threads(nth) if (nth > 1)

@@ -120,6 +120,39 @@ void small_rows(const float* lut, int64_t size, int64_t per_row, const uint8_t* 
 
 }  // namespace
 
+void residual_lut(const float* ct, int64_t size, int64_t dim, const float* x, int64_t per_row, float* lut,
+                  float* xsum) {
+  const int64_t full = size / 8 * 8;
+  for (int64_t p = 0; p < per_row; ++p) {
+    const float* xp = x + p * dim;
+    float* out = lut + p * size;
+    float sum = 0.0f;
+    for (int64_t j = 0; j < dim; ++j) sum += xp[j];
+    xsum[p] = sum;
+    int64_t k = 0;
+    for (; k + 16 <= full; k += 16) {  // two chunks of centroids per pass over the sub-vector
+      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+      for (int64_t j = 0; j < dim; ++j) {
+        const __m256 xj = _mm256_set1_ps(xp[j]);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(ct + j * size + k), xj, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(ct + j * size + k + 8), xj, a1);
+      }
+      _mm256_storeu_ps(out + k, a0);
+      _mm256_storeu_ps(out + k + 8, a1);
+    }
+    for (; k < full; k += 8) {
+      __m256 a = _mm256_setzero_ps();
+      for (int64_t j = 0; j < dim; ++j) a = _mm256_fmadd_ps(_mm256_loadu_ps(ct + j * size + k), _mm256_set1_ps(xp[j]), a);
+      _mm256_storeu_ps(out + k, a);
+    }
+    for (; k < size; ++k) {
+      float d = 0.0f;
+      for (int64_t j = 0; j < dim; ++j) d += ct[j * size + k] * xp[j];
+      out[k] = d;
+    }
+  }
+}
+
 bool residual_gather(const float* lut, int64_t size, int bits, int64_t per_row, const uint8_t* idx,
                      uint64_t row_bytes, int64_t n, float* y) {
   if (per_row * size >= (int64_t{1} << 31)) return false;  // gather offsets are int32
