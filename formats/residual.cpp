@@ -28,6 +28,19 @@ void check_type(const std::string& path, const Tensor& t, TypeId want) {
        "' ", base.shape_str(), " (expected ", want, ")");
 }
 
+Tensor make_tensor(const std::string& name, TypeId type, std::vector<int64_t> ne, const void* src, uint64_t nbytes,
+                   TensorSet& owner) {
+  Tensor t;
+  t.name = name;
+  t.type = type;
+  t.ne = std::move(ne);
+  t.nbytes = nbytes;
+  uint8_t* d = owner.alloc(nbytes);
+  std::memcpy(d, src, nbytes);
+  t.data = d;
+  return t;
+}
+
 }  // namespace
 
 const char* residual_scheme_name(ResidualScheme s) { return s == ResidualScheme::pattern ? "pattern" : "kmeans"; }
@@ -47,6 +60,36 @@ void pack_indices(const uint32_t* idx, int64_t n, int bits, uint8_t* row) {
     for (int k = 0; k < bits; ++k)
       if ((idx[i] >> k) & 1u) row[(bit + uint64_t(k)) >> 3] |= uint8_t(1u << ((bit + uint64_t(k)) & 7));
   }
+}
+
+std::string kmeans_options_problem(int64_t dim, int64_t size, int64_t rows_per_codebook) {
+  if (dim < 1 || kRcGroup % dim != 0) return cat("--rc-dim ", dim, " does not divide the group of ", kRcGroup);
+  if (size < 2 || size > kMaxCodebookSize) return cat("--rc-size ", size, " is outside 2..", kMaxCodebookSize);
+  if (rows_per_codebook < 0) return cat("--rc-rows ", rows_per_codebook, " is negative (0 = all rows of each tensor)");
+  return {};
+}
+
+std::vector<Tensor> ResidualData::tensors(const Tensor& base, TensorSet& owner) const {
+  const int64_t rows = base.ne[1], per_row = base.ne[0] / dim;
+  const uint64_t rb = index.size() / uint64_t(rows);
+  std::vector<Tensor> out;
+  out.push_back(make_tensor(base.name + kRcCodebookSuffix, TypeId::F16, {dim, size, books}, codebook.data(),
+                            codebook.size() * 2, owner));
+  out.push_back(make_tensor(base.name + kRcIndexSuffix, TypeId::I8, {int64_t(rb), rows}, index.data(), index.size(), owner));
+  if (scheme == ResidualScheme::pattern)
+    out.push_back(make_tensor(base.name + kRcParamsSuffix, TypeId::F16, {2, per_row, rows}, params.data(),
+                              params.size() * 2, owner));
+  return out;
+}
+
+uint64_t ResidualData::bytes() const { return codebook.size() * 2 + index.size() + params.size() * 2; }
+
+void write_residual_keys(ResidualScheme s, int64_t dim, int64_t size, int64_t rows_per_codebook, Metadata& meta) {
+  const bool pattern = s == ResidualScheme::pattern;
+  meta.set_str("bonsai.residual.scheme", residual_scheme_name(s));
+  meta.set_u32("bonsai.residual.vector_dim", uint32_t(pattern ? kRcGroup : dim));
+  meta.set_u32("bonsai.residual.codebook_size", uint32_t(pattern ? kPatternSize : size));
+  meta.set_u32("bonsai.residual.rows_per_codebook", uint32_t(pattern ? 0 : rows_per_codebook));
 }
 
 std::vector<float> ResidualView::dequantize() const {

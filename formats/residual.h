@@ -11,7 +11,8 @@
 //            <base>.group_params F16 [2, cols/128, rows]  per group (μ, σ): R̂ = μ + σ·pattern
 //
 // This header knows bytes only: the view checks every shape, type and index against the base
-// (named errors) and decodes; quantize/ writes these tensors, runtime/ computes with them.
+// (named errors) and decodes; ResidualData makes the tensors (quantize/ fits their contents,
+// runtime/synth draws them at random), runtime/ computes with them.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -41,6 +42,28 @@ inline uint32_t index_at(const uint8_t* row, int64_t i, int bits) {
   for (int k = 0; k < bits; ++k) v |= uint32_t((row[(bit + uint64_t(k)) >> 3] >> ((bit + uint64_t(k)) & 7)) & 1u) << k;
   return v;
 }
+
+// The kmeans scheme's options (--rc-dim v, --rc-size K, --rc-rows G; G = 0: all rows of each
+// tensor) checked on their own: the first problem, naming the option, or empty when they are fine.
+std::string kmeans_options_problem(int64_t dim, int64_t size, int64_t rows_per_codebook);
+
+// What a writer stores for one base matrix, before it becomes tensors.
+struct ResidualData {
+  ResidualScheme scheme = ResidualScheme::kmeans;
+  int64_t dim = 0, size = 0, books = 0;
+  std::vector<uint16_t> codebook;  // fp16 [books][size][dim]
+  std::vector<uint8_t> index;      // rows × row_bytes
+  std::vector<uint16_t> params;    // pattern: fp16 [rows][cols/128][2]
+
+  // The tensors <base>.rc_codebook, <base>.rc_index (and .group_params), data copied into `owner`.
+  std::vector<Tensor> tensors(const Tensor& base, TensorSet& owner) const;
+  uint64_t bytes() const;  // codebook + index + params
+};
+
+// bonsai.residual.scheme (string), .vector_dim, .codebook_size, .rows_per_codebook (u32; 0 = all
+// rows of each tensor): what the file's residual tensors were made with (docs/formats/bonsai.md §9).
+// The pattern scheme's fixed shape replaces dim, size and rows.
+void write_residual_keys(ResidualScheme s, int64_t dim, int64_t size, int64_t rows_per_codebook, Metadata& meta);
 
 // A validated residual of one base matrix (pointers into the tensors' data).
 struct ResidualView {

@@ -156,7 +156,7 @@ ResidualFit fit_kmeans(const MatrixIn& in, const std::vector<float>& r, const Re
   if (g <= 0 || in.rows % g != 0)
     bad("--rc-rows ", o.rows, " does not divide the ", in.rows, " rows of the matrix (0 = all rows)");
   ResidualFit f;
-  f.kind = ResidualKind::kmeans;
+  f.scheme = ResidualScheme::kmeans;
   f.dim = o.dim;
   f.size = o.size;
   f.books = in.rows / g;
@@ -220,7 +220,7 @@ double fit_affine(const float* x, const float* a, const float* c, int64_t n, uin
 
 ResidualFit fit_pattern(const MatrixIn& in, const std::vector<float>& r, const ResidualOptions& o) {
   ResidualFit f;
-  f.kind = ResidualKind::pattern;
+  f.scheme = ResidualScheme::pattern;
   f.dim = kRcGroup;
   f.size = kPatternSize;
   f.books = 1;
@@ -266,19 +266,6 @@ ResidualFit fit_pattern(const MatrixIn& in, const std::vector<float>& r, const R
   return f;
 }
 
-Tensor make_tensor(const std::string& name, TypeId type, std::vector<int64_t> ne, const void* src, uint64_t nbytes,
-                   TensorSet& owner) {
-  Tensor t;
-  t.name = name;
-  t.type = type;
-  t.ne = std::move(ne);
-  t.nbytes = nbytes;
-  uint8_t* d = owner.alloc(nbytes);
-  std::memcpy(d, src, nbytes);
-  t.data = d;
-  return t;
-}
-
 }  // namespace
 
 ResidualKind parse_residual(const std::string& s) {
@@ -294,9 +281,7 @@ const char* residual_kind_name(ResidualKind k) {
 
 void validate_residual(const ResidualOptions& o) {
   if (o.kind != ResidualKind::kmeans) return;
-  if (o.dim < 1 || kRcGroup % o.dim != 0) bad("--rc-dim ", o.dim, " does not divide the group of ", kRcGroup);
-  if (o.size < 2 || o.size > 65536) bad("--rc-size ", o.size, " is outside 2..65536");
-  if (o.rows < 0) bad("--rc-rows ", o.rows, " is negative (0 = all rows of each tensor)");
+  if (const std::string p = kmeans_options_problem(o.dim, o.size, o.rows); !p.empty()) bad(p);
   if (o.iterations < 1) bad("k-means iterations ", o.iterations, " must be >= 1");
 }
 
@@ -310,28 +295,10 @@ ResidualFit fit_residual(const MatrixIn& in, const std::vector<float>& w_hat, co
   return o.kind == ResidualKind::pattern ? fit_pattern(in, r, o) : fit_kmeans(in, r, o);
 }
 
-std::vector<Tensor> ResidualFit::tensors(const Tensor& base, TensorSet& owner) const {
-  const int64_t rows = base.ne[1], per_row = base.ne[0] / dim;
-  const uint64_t rb = index.size() / uint64_t(rows);
-  std::vector<Tensor> out;
-  out.push_back(make_tensor(base.name + kRcCodebookSuffix, TypeId::F16, {dim, size, books}, codebook.data(),
-                            codebook.size() * 2, owner));
-  out.push_back(make_tensor(base.name + kRcIndexSuffix, TypeId::I8, {int64_t(rb), rows}, index.data(), index.size(), owner));
-  if (kind == ResidualKind::pattern)
-    out.push_back(make_tensor(base.name + kRcParamsSuffix, TypeId::F16, {2, per_row, rows}, params.data(),
-                              params.size() * 2, owner));
-  return out;
-}
-
 void write_residual_keys(const ResidualOptions& o, Metadata& meta) {
-  const bool pattern = o.kind == ResidualKind::pattern;
-  meta.set_str("bonsai.residual.scheme", residual_kind_name(o.kind));
-  meta.set_u32("bonsai.residual.vector_dim", uint32_t(pattern ? kRcGroup : o.dim));
-  meta.set_u32("bonsai.residual.codebook_size", uint32_t(pattern ? kPatternSize : o.size));
-  meta.set_u32("bonsai.residual.rows_per_codebook", uint32_t(pattern ? 0 : o.rows));
+  bonsai::write_residual_keys(o.kind == ResidualKind::pattern ? ResidualScheme::pattern : ResidualScheme::kmeans, o.dim,
+                              o.size, o.rows, meta);
 }
-
-uint64_t ResidualFit::bytes() const { return codebook.size() * 2 + index.size() + params.size() * 2; }
 
 std::vector<float> residual_values(const ResidualFit& f, int64_t rows, int64_t cols) {
   TensorSet ts;

@@ -33,25 +33,14 @@ struct ResidualOptions {
 // Checks the options on their own (dim, size); Error naming the option.
 void validate_residual(const ResidualOptions& o);
 
-// The stored residual of one matrix, as the tensors formats/residual.h reads.
-struct ResidualFit {
-  std::vector<uint16_t> codebook;  // fp16 [books][size][dim]
-  std::vector<uint8_t> index;      // rows × row_bytes
-  std::vector<uint16_t> params;    // pattern: fp16 [rows][groups][2]
-  int64_t dim = 0, size = 0, books = 0;
-  ResidualKind kind = ResidualKind::none;
-
-  // The tensors <base>.rc_codebook, <base>.rc_index (and .group_params), data owned by `owner`.
-  std::vector<Tensor> tensors(const Tensor& base, TensorSet& owner) const;
-  uint64_t bytes() const;
-};
+// The stored residual of one matrix (formats/residual.h makes its tensors).
+using ResidualFit = ResidualData;
 
 // Fits R = W − w_hat (in.w: W, rows × cols; in.importance per input). Error naming the problem
 // when G does not divide the rows.
 ResidualFit fit_residual(const MatrixIn& in, const std::vector<float>& w_hat, const ResidualOptions& o);
 
-// bonsai.residual.scheme (string), .vector_dim, .codebook_size, .rows_per_codebook (u32; 0 = all
-// rows of each tensor): what the file's residual tensors were made with (docs/formats/bonsai.md §9).
+// The bonsai.residual.* keys of these options (formats/residual.h's write_residual_keys).
 void write_residual_keys(const ResidualOptions& o, Metadata& meta);
 
 // R̂ of a fit, rows × cols (through formats' view, the one decoder).

@@ -14,7 +14,11 @@ namespace bonsai {
 uint64_t weight_bytes_per_token(const Model& m) {
   uint64_t b = 0;
   for (const LayerWeights& l : m.layers)
-    for (const Tensor* t : {l.wq, l.wk, l.wv, l.wo, l.gate, l.up, l.down}) b += t->nbytes;
+    for (const Tensor* t : {l.wq, l.wk, l.wv, l.wo, l.gate, l.up, l.down}) {
+      b += t->nbytes;
+      // A residual's codebooks and indices are read with its weight at every token.
+      if (const auto it = m.residuals.find(t); it != m.residuals.end()) b += it->second.stored_bytes();
+    }
   b += m.output->nbytes;
   b += m.token_embd->nbytes / uint64_t(m.cfg.n_vocab);  // one embedding row
   return b;

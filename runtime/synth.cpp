@@ -1,10 +1,13 @@
 #include "runtime/synth.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "formats/error.h"
 #include "formats/hf_model.h"
+#include "formats/fp16.h"
 #include "formats/model_file.h"
+#include "formats/residual.h"
 
 namespace bonsai {
 
@@ -35,6 +38,63 @@ uint64_t mix(uint64_t x) {
   x *= 0xc4ceb9fe1a85ec53ULL;
   x ^= x >> 33;
   return x;
+}
+
+// Uniform in [0, 1) from the stream (seed, tensor, row) at position i: each row on its own, so the
+// output is the same for any thread count.
+struct RowStream {
+  uint64_t state;
+  RowStream(uint64_t seed, uint64_t tensor, uint64_t row) : state(mix(seed * 0x9E3779B97F4A7C15ULL ^ (tensor << 40) ^ row)) {}
+  float next() {
+    state = mix(state + 0x9E3779B97F4A7C15ULL);
+    return float(state >> 40) * (1.0f / 16777216.0f);
+  }
+};
+
+// The checks that need no tensor, before anything is generated.
+void check_residual_options(const SynthOptions& o) {
+  if (!o.residual) return;
+  if (o.type != TypeId::PQ2_0)
+    throw Error(cat("synth: --residual needs --type pq2_0 (residual codebooks refine a PQ2_0 base; got ",
+                    traits(o.type).name, ")"));
+  if (const std::string p = kmeans_options_problem(o.rc_dim, o.rc_size, o.rc_rows); !p.empty())
+    throw Error(cat("synth: ", p));
+}
+
+// A random kmeans residual of `base`: centroids uniform in ±kResidualAmp (the size of the
+// residual a ternary base leaves of std-0.02 weights), indices uniform over the codebook. The
+// streams are tensor ids past the model's own (1 << 20 + base id) so the base weights stay those
+// of the same model without a residual.
+constexpr float kResidualAmp = 0.005f;
+
+ResidualData random_residual(const SynthOptions& o, const Tensor& base, uint64_t base_id) {
+  const int64_t rows = base.ne[1], per_row = base.ne[0] / o.rc_dim;
+  const int64_t g = o.rc_rows == 0 ? rows : o.rc_rows;
+  if (rows % g != 0)
+    throw Error(cat("synth: --rc-rows ", o.rc_rows, " does not divide the ", rows, " rows of '", base.name, "'"));
+  ResidualData d;
+  d.scheme = ResidualScheme::kmeans;
+  d.dim = o.rc_dim;
+  d.size = o.rc_size;
+  d.books = rows / g;
+  const uint64_t id = (uint64_t{1} << 20) + base_id;
+  d.codebook.resize(size_t(d.books * d.size * d.dim));
+  RowStream cs(o.seed, id, uint64_t(1) << 39);
+  for (auto& h : d.codebook) h = f32_to_fp16(kResidualAmp * (2.0f * cs.next() - 1.0f));
+  const int bits = index_bits(d.size);
+  const uint64_t rb = index_row_bytes(per_row, bits);
+  d.index.resize(size_t(rb * uint64_t(rows)));
+#pragma omp parallel
+  {
+    std::vector<uint32_t> idx(static_cast<size_t>(per_row));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      RowStream rs(o.seed, id, uint64_t(r));
+      for (auto& i : idx) i = std::min(uint32_t(rs.next() * float(d.size)), uint32_t(d.size - 1));
+      pack_indices(idx.data(), per_row, bits, d.index.data() + uint64_t(r) * rb);
+    }
+  }
+  return d;
 }
 
 }  // namespace
@@ -74,16 +134,19 @@ ModelConfig synth_config(const std::string& arch, const std::string& size, bool*
 }
 
 void synth_model(const SynthOptions& o, const std::string& out, const std::function<void(size_t, size_t)>& progress) {
+  check_residual_options(o);
   bool tied = false;
   const ModelConfig c = synth_config(o.arch, o.size, &tied);
   TensorSet ts;
   ts.path = out;
   write_model_config(c, ts.meta);
-  ts.meta.set_str("general.name", "synthetic " + o.arch + "-" + o.size + " (random weights)");
+  ts.meta.set_str("general.name", "synthetic " + o.arch + "-" + o.size +
+                                       (o.residual ? " (random weights and residual codebooks)" : " (random weights)"));
   ts.meta.set_bool("bonsai.synthetic", true);
   ts.meta.set_u32("general.quantization_version", 2);
   ts.meta.set_u32("general.file_type", llama_file_type(o.type));
   if (!o.tokenizer.empty()) add_hf_tokenizer(o.tokenizer, c.n_vocab, ts.meta);
+  if (o.residual) write_residual_keys(ResidualScheme::kmeans, o.rc_dim, o.rc_size, o.rc_rows, ts.meta);
 
   const auto specs = architecture_tensors(c, tied);
   for (size_t ti = 0; ti < specs.size(); ++ti) {
@@ -110,16 +173,21 @@ void synth_model(const SynthOptions& o, const std::string& out, const std::funct
       std::vector<float> row(static_cast<size_t>(cols));
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < rows; ++r) {
-        uint64_t state = mix(o.seed * 0x9E3779B97F4A7C15ULL ^ (uint64_t(ti) << 40) ^ uint64_t(r));
+        RowStream rs(o.seed, uint64_t(ti), uint64_t(r));
         for (int64_t i = 0; i < cols; ++i) {
-          state = mix(state + 0x9E3779B97F4A7C15ULL);
-          const float u = float(state >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+          const float u = rs.next();
           row[size_t(i)] = s.matrix ? amp * (2.0f * u - 1.0f) : 1.0f;
         }
         tt.from_float(row.data(), data + uint64_t(r) * rb, cols);
       }
     }
+    // The block weights (the matrices in o.type) get their residual right after them, as the
+    // quantizer writes it.
+    const bool block_weight = s.matrix && s.name != "token_embd.weight" && s.name != "output.weight";
+    std::vector<Tensor> extra;
+    if (o.residual && block_weight) extra = random_residual(o, t, uint64_t(ti)).tensors(t, ts);
     ts.add(std::move(t));
+    for (Tensor& e : extra) ts.add(std::move(e));
     if (progress) progress(ti + 1, specs.size());
   }
   write_model(out, ts.meta, ts.tensors);

@@ -5,8 +5,10 @@
 # (a type llama.cpp cannot load gets its error in the table instead of numbers).
 #
 # Usage: scripts/bench_cpu.sh [OUT_DIR]
-#   env: SIZE=1.7b TYPES="ptq1_0 pq2_0 tq2_0 q8_0 f16" REPS=3 THREADS=$(nproc) LLAMA_BENCH=path
+#   env: SIZE=1.7b TYPES="ptq1_0 pq2_0 pq2_0+rc tq2_0 q8_0 f16" REPS=3 THREADS=$(nproc) LLAMA_BENCH=path
 #        TABLE_ONLY=1 (no runs: table.md again from OUT_DIR's JSON)
+#   A type T+rc is T with bonsai's residual codebooks (synth --residual kmeans at bonsai quantize's
+#   defaults v=8, K=16, G=all rows): a file only bonsai loads (llama.cpp's error goes in the table).
 # Writes OUT_DIR/bench.txt (every command, the load average before and after it, its raw output)
 # and OUT_DIR/table.md (the side-by-side table; docs/benchmarks.md quotes it). Models are
 # synthesized into OUT_DIR once and reused. The machine should be otherwise idle: the load
@@ -17,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/bonsai-bench}
 size=${SIZE:-1.7b}
-types=${TYPES:-"ptq1_0 pq2_0 tq2_0 q8_0 f16"}
+types=${TYPES:-"ptq1_0 pq2_0 pq2_0+rc tq2_0 q8_0 f16"}
 reps=${REPS:-3}
 threads=${THREADS:-$(nproc)}
 shared=${BONSAI_SHARED_DIR:-../shared}
@@ -28,6 +30,10 @@ mkdir -p "$out"
 log="$out/bench.txt"
 table="$out/table.md"
 load() { cut -d' ' -f1-3 /proc/loadavg; }
+# synth's options for a TYPES entry: T or T+rc (T with the residual at its defaults).
+synth_args() { case $1 in *+rc) echo "--type ${1%+rc} --residual kmeans" ;; *) echo "--type $1" ;; esac; }
+# The table's name for a TYPES entry.
+label() { case $1 in *+rc) echo "$(echo "${1%+rc}" | tr a-z A-Z) + residual kmeans (v=8, K=16, G=all)" ;; *) echo "$1" | tr a-z A-Z ;; esac; }
 commit=$(git rev-parse --short HEAD)
 git diff --quiet HEAD -- . 2>/dev/null || commit="$commit (plus uncommitted changes)"
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
@@ -51,7 +57,8 @@ run() {
 for t in $types; do
   [ -n "${TABLE_ONLY:-}" ] && break  # only rewrite table.md from the JSON already in OUT_DIR
   f="$out/qwen3-$size-$t.gguf"
-  [ -f "$f" ] || $bonsai synth --size "$size" --type "$t" --tokenizer "$shared/tokenizers/qwen3/tokenizer.json" -o "$f" \
+  # shellcheck disable=SC2046  # synth_args is several words on purpose
+  [ -f "$f" ] || $bonsai synth --size "$size" $(synth_args "$t") --tokenizer "$shared/tokenizers/qwen3/tokenizer.json" -o "$f" \
     -t "$threads" 2>>"$out/synth.log"
   run "bonsai-$t.json" $bonsai bench -m "$f" -p $np -n $ng -r "$reps" -t "$threads" --json
   if [ -n "${LLAMA_BENCH:-}" ]; then
@@ -74,7 +81,7 @@ fmt() { jq -r "$1" "$2" 2>/dev/null || true; }
     b="$out/bonsai-$t.json"
     l="$out/llama-$t.json"
     if ! { [ -s "$b" ] && jq -e .tg_tps "$b" >/dev/null 2>&1; }; then
-      echo "| $(echo "$t" | tr a-z A-Z) | not measured (run interrupted or failed) | | | | | | | | | |"
+      echo "| $(label "$t") | not measured (run interrupted or failed) | | | | | | | | | |"
       continue
     fi
     pp=$(fmt '"\(.pp_tps*100|round/100) ± \(.pp_sd*100|round/100)"' "$b")
@@ -101,12 +108,13 @@ fmt() { jq -r "$1" "$2" 2>/dev/null || true; }
     else
       lpp="not run"; ltg="—"; rpp="—"; rtg="—"; ll="—"
     fi
-    echo "| $(echo "$t" | tr a-z A-Z) | $pp | $tg | $mb | $bw | $pct | $lpp | $ltg | $rpp | $rtg | $lb / $ll |"
+    echo "| $(label "$t") | $pp | $tg | $mb | $bw | $pct | $lpp | $ltg | $rpp | $rtg | $lb / $ll |"
   done
   echo
   echo "Commands (per type T, file F = $out/qwen3-$size-T.gguf):"
   echo
   echo "    $bonsai synth --size $size --type T --tokenizer $shared/tokenizers/qwen3/tokenizer.json -o F -t $threads"
+  case " $types " in *+rc\ *) echo "    (T+rc: synth --type T --residual kmeans, the defaults v=8, K=16, G=all rows)" ;; esac
   echo "    $bonsai bench -m F -p $np -n $ng -r $reps -t $threads --json"
   [ -n "${LLAMA_BENCH:-}" ] && echo "    $LLAMA_BENCH -m F -p $np -n $ng -r $reps -t $threads -o json"
   [ -n "${LLAMA_BENCH:-}" ] && [ -s "$out/llama-q8_0.json" ] &&

@@ -7,6 +7,12 @@
 
 #include "formats/types.h"
 
+namespace bonsai::cpu {
+// Whether this CPU has AVX2, FMA and F16C (defined in matmul.cpp, compiled for the baseline CPU):
+// the check before any call into avx2::.
+bool avx2_usable();
+}  // namespace bonsai::cpu
+
 namespace bonsai::cpu::avx2 {
 
 // A QuantAct (act_quant.h) seen as pointers.

@@ -40,6 +40,9 @@ void check_count(const Tensor& w, const char* op, const char* what, int64_t n) {
   if (n < 0) fail(w.name, op, ": negative ", what, " count ", n);
 }
 
+
+}  // namespace
+
 #if BONSAI_CPU_AVX2
 bool avx2_usable() {
   static const bool ok = [] {
@@ -53,8 +56,6 @@ bool avx2_usable() {
   return ok;
 }
 #endif
-
-}  // namespace
 
 void matmul_ref(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
   const Matrix m = check_matrix(w, "matmul");

@@ -1,54 +1,140 @@
 #include "runtime/cpu/residual.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <vector>
 
 #include "formats/fp16.h"
 #include "runtime/cpu/parallel.h"
+#if BONSAI_CPU_AVX2
+#include "runtime/cpu/kernels_avx2.h"
+#include "runtime/cpu/residual_avx2.h"
+#endif
 
 namespace bonsai::cpu {
+namespace {
 
-void residual_matmul(const ResidualView& r, const float* x, int64_t n, float* y) {
-  const int64_t per_row = r.cols / r.dim, g = r.rows_per_book();
-  const bool pattern = r.scheme == ResidualScheme::pattern;
-  std::vector<float> centroids(size_t(r.size * r.dim)), lut(size_t(per_row * r.size)), xsum(static_cast<size_t>(per_row));
+// Rows one thread takes at a time from a codebook's rows.
+constexpr int64_t kRowChunk = 32;
+
+// One thread's tables: a codebook's centroids transposed (ct[j·size + k], so that the table
+// build's inner loop runs over centroids and vectorizes), the table, the sub-vector sums. The
+// table has 16 floats of padding: the AVX2 permutes load 16 entries of the last table whatever
+// the codebook size.
+struct Scratch {
+  std::vector<float> ct, lut, xsum;
+  explicit Scratch(const ResidualView& r)
+      : ct(size_t(r.size * r.dim)), lut(size_t(r.cols / r.dim * r.size + 16)), xsum(size_t(r.cols / r.dim)) {}
+};
+
+void load_book(const ResidualView& r, int64_t b, Scratch& s) {
+  const uint16_t* book = r.codebook + b * r.size * r.dim;
+  for (int64_t k = 0; k < r.size; ++k)
+    for (int64_t j = 0; j < r.dim; ++j) s.ct[size_t(j * r.size + k)] = fp16_to_f32(book[k * r.dim + j]);
+}
+
+// lut[p][k] = centroid k · sub-vector p of xt (p-major: a row's gathers stay in one stripe).
+void build_lut(const ResidualView& r, const float* xt, Scratch& s, bool simd) {
+  const int64_t per_row = r.cols / r.dim;
+#if BONSAI_CPU_AVX2
+  if (simd) return avx2::residual_lut(s.ct.data(), r.size, r.dim, xt, per_row, s.lut.data(), s.xsum.data());
+#else
+  (void)simd;
+#endif
+  for (int64_t p = 0; p < per_row; ++p) {
+    const float* xp = xt + p * r.dim;
+    float* out = s.lut.data() + p * r.size;
+    float sum = 0.0f;
+    std::fill(out, out + r.size, 0.0f);
+    for (int64_t j = 0; j < r.dim; ++j) {
+      const float xj = xp[j];
+      const float* c = s.ct.data() + j * r.size;
+      for (int64_t k = 0; k < r.size; ++k) out[k] += c[k] * xj;
+      sum += xj;
+    }
+    s.xsum[size_t(p)] = sum;
+  }
+}
+
+// yt[row] += row's gather-add for rows [r0, r1) of the codebook whose table is in s.
+void gather(const ResidualView& r, const Scratch& s, int64_t r0, int64_t r1, float* yt, bool simd) {
+  const int64_t per_row = r.cols / r.dim;
+  const float* lut = s.lut.data();
+#if BONSAI_CPU_AVX2
+  if (simd && r.scheme == ResidualScheme::kmeans &&
+      avx2::residual_gather(lut, r.size, r.bits, per_row, r.indices + uint64_t(r0) * r.row_bytes, r.row_bytes,
+                            r1 - r0, yt + r0))
+    return;
+#else
+  (void)simd;
+#endif
+  for (int64_t row = r0; row < r1; ++row) {
+    const uint8_t* idx = r.indices + uint64_t(row) * r.row_bytes;
+    float sum = 0.0f;
+    if (r.scheme == ResidualScheme::pattern) {
+      const uint16_t* ms = r.params + row * per_row * 2;
+      for (int64_t p = 0; p < per_row; ++p)
+        sum += fp16_to_f32(ms[2 * p]) * s.xsum[size_t(p)] +
+               fp16_to_f32(ms[2 * p + 1]) * lut[p * r.size + index_at(idx, p, r.bits)];
+    } else if (r.bits == 8) {  // the byte-wide and nibble-wide indices: no bit-by-bit extraction
+      for (int64_t p = 0; p < per_row; ++p) sum += lut[p * r.size + idx[p]];
+    } else if (r.bits == 4) {
+      for (int64_t p = 0; p < per_row; ++p) sum += lut[p * r.size + ((idx[p >> 1] >> ((p & 1) * 4)) & 15)];
+    } else {
+      for (int64_t p = 0; p < per_row; ++p) sum += lut[p * r.size + index_at(idx, p, r.bits)];
+    }
+    yt[row] += sum;
+  }
+}
+
+void run(const ResidualView& r, const float* x, int64_t n, float* y, bool simd) {
+  const int64_t g = r.rows_per_book(), per_row = r.cols / r.dim;
+  const bool parallel = r.rows * per_row * n >= kParallelWork;
+  const int nth = parallel ? omp_get_max_threads() : 1;
+  if (r.books >= nth) {
+    // Enough codebooks for every thread: each builds the tables of its own codebooks (the table
+    // build, size·cols multiply-adds per codebook and token, is then parallel too).
+#pragma omp parallel num_threads(nth) if (nth > 1)
+    {
+      Scratch s(r);
+#pragma omp for schedule(static)
+      for (int64_t b = 0; b < r.books; ++b) {
+        load_book(r, b, s);
+        for (int64_t t = 0; t < n; ++t) {
+          build_lut(r, x + t * r.cols, s, simd);
+          gather(r, s, b * g, (b + 1) * g, y + t * r.rows, simd);
+        }
+      }
+    }
+    return;
+  }
+  // Fewer codebooks than threads: one table at a time, its rows shared out in chunks.
+  Scratch s(r);
   for (int64_t b = 0; b < r.books; ++b) {
-    const uint16_t* book = r.codebook + b * r.size * r.dim;
-    for (size_t i = 0; i < centroids.size(); ++i) centroids[i] = fp16_to_f32(book[i]);
+    load_book(r, b, s);
     for (int64_t t = 0; t < n; ++t) {
-      const float* xt = x + t * r.cols;
-      // lut[p][k] = centroid k · sub-vector p of x (p-major: a row's gathers stay in one stripe).
-      for (int64_t p = 0; p < per_row; ++p) {
-        const float* xp = xt + p * r.dim;
-        float s = 0.0f;
-        for (int64_t j = 0; j < r.dim; ++j) s += xp[j];
-        xsum[size_t(p)] = s;
-        for (int64_t k = 0; k < r.size; ++k) {
-          const float* c = centroids.data() + k * r.dim;
-          float d = 0.0f;
-          for (int64_t j = 0; j < r.dim; ++j) d += c[j] * xp[j];
-          lut[size_t(p * r.size + k)] = d;
-        }
-      }
+      build_lut(r, x + t * r.cols, s, simd);
       float* yt = y + t * r.rows;
-#pragma omp parallel for schedule(static) if (g * per_row >= kParallelWork)
-      for (int64_t row = b * g; row < (b + 1) * g; ++row) {
-        const uint8_t* idx = r.indices + uint64_t(row) * r.row_bytes;
-        float s = 0.0f;
-        if (pattern) {
-          const uint16_t* ms = r.params + row * per_row * 2;
-          for (int64_t p = 0; p < per_row; ++p)
-            s += fp16_to_f32(ms[2 * p]) * xsum[size_t(p)] +
-                 fp16_to_f32(ms[2 * p + 1]) * lut[size_t(p * r.size + index_at(idx, p, r.bits))];
-        } else if (r.bits == 8) {  // the common byte-wide index: no bit extraction
-          for (int64_t p = 0; p < per_row; ++p) s += lut[size_t(p * r.size + idx[p])];
-        } else {
-          for (int64_t p = 0; p < per_row; ++p) s += lut[size_t(p * r.size + index_at(idx, p, r.bits))];
-        }
-        yt[row] += s;
-      }
+      const int64_t chunks = (g + kRowChunk - 1) / kRowChunk;
+#pragma omp parallel for schedule(static) num_threads(nth) if (nth > 1)
+      for (int64_t c = 0; c < chunks; ++c)
+        gather(r, s, b * g + c * kRowChunk, b * g + std::min(g, (c + 1) * kRowChunk), yt, simd);
     }
   }
 }
+
+}  // namespace
+
+void residual_matmul(const ResidualView& r, const float* x, int64_t n, float* y) {
+#if BONSAI_CPU_AVX2
+  run(r, x, n, y, avx2_usable());
+#else
+  run(r, x, n, y, false);
+#endif
+}
+
+void residual_matmul_scalar(const ResidualView& r, const float* x, int64_t n, float* y) { run(r, x, n, y, false); }
 
 void residual_matmul_ref(const ResidualView& r, const float* x, int64_t n, float* y) {
   const std::vector<float> rh = r.dequantize();

@@ -1,5 +1,6 @@
 // The residual product's lookup-table path against the expanded R̂ (formats' decoder), for both
-// schemes, several index widths (byte-wide and bit-packed), several codebooks, several tokens.
+// schemes, several index widths (byte-wide and bit-packed), several codebooks, several tokens:
+// the dispatched path (AVX2 gather-add where the CPU has it) and the scalar one alike.
 #include "runtime/cpu/residual.h"
 
 #include <gtest/gtest.h>
@@ -59,7 +60,10 @@ TEST(CpuResidual, LookupTableMatchesTheExpandedResidual) {
   struct Case { int64_t cols, rows, dim, size, books; bool pattern; };
   const Case cases[] = {{256, 12, 8, 16, 1, false},  {256, 12, 8, 256, 3, false}, {384, 10, 4, 12, 2, false},
                         {512, 8, 128, 4, 1, true},   {256, 6, 32, 1024, 6, false}, {128, 300, 16, 256, 1, false},
-                        {256, 5, 1, 2, 5, false}};
+                        {256, 5, 1, 2, 5, false},  {2048, 64, 8, 16, 1, false}, {2048, 64, 8, 16, 16, false},
+                        {1024, 40, 4, 256, 2, false}, {512, 9, 8, 4, 3, false}, {384, 10, 32, 16, 2, false},
+                        {1024, 33, 128, 4, 1, true}, {512, 16, 8, 4, 1, false},   {256, 24, 2, 2, 1, false},
+                        {384, 16, 32, 16, 1, false}, {1024, 27, 8, 12, 1, false}};
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const Case& c : cases) {
@@ -67,16 +71,23 @@ TEST(CpuResidual, LookupTableMatchesTheExpandedResidual) {
     for (int64_t n : {1, 3}) {
       std::vector<float> x(size_t(n * c.cols));
       for (auto& v : x) v = nd(rng);
-      std::vector<float> y(size_t(n * c.rows)), ref(y.size());
-      for (size_t i = 0; i < y.size(); ++i) y[i] = ref[i] = float(i % 7);  // accumulates onto y
+      std::vector<float> y(size_t(n * c.rows)), scalar(y.size()), ref(y.size());
+      for (size_t i = 0; i < y.size(); ++i) y[i] = scalar[i] = ref[i] = float(i % 7);  // accumulates onto y
       cpu::residual_matmul(s.v, x.data(), n, y.data());
+      cpu::residual_matmul_scalar(s.v, x.data(), n, scalar.data());
       cpu::residual_matmul_ref(s.v, x.data(), n, ref.data());
       double scale = 0.0;
       for (size_t i = 0; i < ref.size(); ++i) scale = std::max(scale, std::fabs(double(ref[i]) - double(i % 7)));
-      for (size_t i = 0; i < y.size(); ++i)
+      // Float sums in another order than the double reference: 1e-5 of the largest output (the
+      // gather-add's lanes add in yet another order, within the same bound).
+      for (size_t i = 0; i < y.size(); ++i) {
         ASSERT_NEAR(y[i], ref[i], 1e-5 * (1.0 + scale))
             << "cols " << c.cols << " dim " << c.dim << " size " << c.size << " books " << c.books << " n " << n
             << " at " << i;
+        ASSERT_NEAR(scalar[i], ref[i], 1e-5 * (1.0 + scale))
+            << "scalar: cols " << c.cols << " dim " << c.dim << " size " << c.size << " books " << c.books << " n "
+            << n << " at " << i;
+      }
     }
   }
 }
