@@ -1,5 +1,6 @@
 // bonsai quantize -m SRC -o OUT: calibrated ternary quantization (quantize/pipeline.h).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 
@@ -117,6 +118,9 @@ void print_summary_json(const quant::QuantizeResult& r, const quant::QuantizeOpt
               {"calib_windows", o.calib_windows},
               {"calib_len", o.calib_len},
               {"seed", o.seed},
+              {"gptq_passes", o.method_opts.gptq_passes},
+              {"tune_steps", o.method_opts.tune_steps},
+              {"tune_lr", o.method_opts.tune_lr},
               {"file_bytes", r.file_bytes},
               {"bpw_all", 8.0 * double(p.total_bytes) / double(p.total_elems)},
               {"bpw_block_linear", 8.0 * double(p.block_linear_bytes) / double(p.block_linear_elems)},
@@ -148,6 +152,12 @@ int run(const std::vector<std::string>& args) {
       "stats", po::value<std::string>(),
       "statistics file: reused when it exists (no model forward), else written after calibrating")(
       "seed", po::value<uint64_t>()->default_value(0), "seed of the calibration windows and of the rotation's random signs")(
+      "gptq-passes", po::value<int>()->default_value(quant::MethodOptions{}.gptq_passes),
+      "gptq: GPTQ passes, each followed by a least-squares refit of the group scales; a pass after the first reruns "
+      "GPTQ with the refitted scales fixed (stops early when a pass does not lower the output error)")(
+      "tune-steps", po::value<int>()->default_value(quant::MethodOptions{}.tune_steps),
+      "tune: Adam steps from optimal's result (0: optimal's result as is)")(
+      "tune-lr", po::value<double>()->default_value(quant::MethodOptions{}.tune_lr), "tune: Adam's learning rate")(
       "residual", po::value<std::string>()->default_value("none"),
       "stage-2 residual codebooks on the ternary tensors: none (a pure PrismML PQ2_0 file), kmeans or pattern")(
       "rc-dim", po::value<int64_t>()->default_value(8), "kmeans: inputs per sub-vector v (divides 128)")(
@@ -167,7 +177,7 @@ int run(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse(args,
              "bonsai quantize -m SRC -o OUT.gguf|OUT.bonsai [--plan PRESET|FILE] [--method M] [--rotate hadamard "
-             "--rotate-block B] [--calib FILE...] [--calib-windows N --calib-len L] [--stats FILE] [--seed S] [--type ptq1_0|pq2_0] [--residual none|kmeans|pattern --rc-dim V --rc-size K --rc-rows G] [--from STAGE1] [--tensor-type REGEX=TYPE...] [--threads N] [--resume|--restart] [--dry-run]",
+             "--rotate-block B] [--calib FILE...] [--calib-windows N --calib-len L] [--stats FILE] [--seed S] [--gptq-passes N] [--tune-steps N --tune-lr X] [--type ptq1_0|pq2_0] [--residual none|kmeans|pattern --rc-dim V --rc-size K --rc-rows G] [--from STAGE1] [--tensor-type REGEX=TYPE...] [--threads N] [--resume|--restart] [--dry-run]",
              "Quantizes a model by a mixed-precision plan. Ternary tensors (PTQ1_0, PQ2_0) are fitted to\n"
              "activation statistics measured block by block on the calibration text (each block sees the\n"
              "outputs of the blocks already quantized); other types use their reference encoders. With\n"
@@ -206,6 +216,12 @@ int run(const std::vector<std::string>& args) {
   if (o.calib_windows <= 0 || o.calib_len <= 0) throw po::error("--calib-windows and --calib-len must be positive");
   if (vm.count("stats")) o.stats_path = vm["stats"].as<std::string>();
   o.seed = vm["seed"].as<uint64_t>();
+  o.method_opts.gptq_passes = vm["gptq-passes"].as<int>();
+  o.method_opts.tune_steps = vm["tune-steps"].as<int>();
+  o.method_opts.tune_lr = vm["tune-lr"].as<double>();
+  if (o.method_opts.gptq_passes < 1) throw po::error("--gptq-passes must be at least 1");
+  if (o.method_opts.tune_steps < 0) throw po::error("--tune-steps must be >= 0");
+  if (!(o.method_opts.tune_lr > 0.0) || !std::isfinite(o.method_opts.tune_lr)) throw po::error("--tune-lr must be a positive number");
   if (vm.count("type")) {
     const std::string t = vm["type"].as<std::string>();
     const TypeTraits* tt = find_type(t);

@@ -39,8 +39,8 @@ std::vector<float> to_f32(const Tensor& t) {
 // Stage 2 on PQ2_0's four-level grid from the stage-1 result `q`: per-group methods refine it
 // (never worse per group); gptq reruns with the grid inside its error feedback, and the stage-1
 // result is kept for a matrix where that comes out worse, so stage 2 never loses to stage 1.
-TernaryMatrix stage2_grid(const MatrixIn& in, Method m, TernaryMatrix q, WeightError* err) {
-  MethodOptions four;
+TernaryMatrix stage2_grid(const MatrixIn& in, Method m, const MethodOptions& mo, TernaryMatrix q, WeightError* err) {
+  MethodOptions four = mo;
   four.four_levels = true;
   TernaryMatrix q2 = m == Method::gptq ? quantize_ternary(in, m, four) : refine_grid4(in, q);
   const double e1 = relative_output_error(in, q.dequantize()), e2 = relative_output_error(in, q2.dequantize());
@@ -56,7 +56,7 @@ TernaryMatrix stage2_grid(const MatrixIn& in, Method m, TernaryMatrix q, WeightE
 // will compute with (the decoded result). With a residual (`rc`, ternary types only) its tensors
 // go to `extra` and the error is that of Ŵ + R̂.
 Tensor quantize_matrix(const Tensor& like, const float* w, const TensorPlan& tp, const calib::InputStats* st,
-                       TensorSet& owner, WeightError* err, const std::function<void(const std::string&)>& info,
+                       const MethodOptions& mo, TensorSet& owner, WeightError* err, const std::function<void(const std::string&)>& info,
                        const ResidualOptions& rc = {}, std::vector<Tensor>* extra = nullptr,
                        const TernaryMatrix* start = nullptr) {
   const int64_t cols = like.ne[0], rows = like.nelements() / cols;
@@ -93,8 +93,8 @@ Tensor quantize_matrix(const Tensor& like, const float* w, const TensorPlan& tp,
       m = Method::optimal;
     }
     used = m;
-    TernaryMatrix q = start ? *start : quantize_ternary(in, m);  // --from: the saved stage-1 result
-    if (tp.type == TypeId::PQ2_0) q = stage2_grid(in, m, std::move(q), err);
+    TernaryMatrix q = start ? *start : quantize_ternary(in, m, mo);  // --from: the saved stage-1 result
+    if (tp.type == TypeId::PQ2_0) q = stage2_grid(in, m, mo, std::move(q), err);
     const std::vector<uint8_t> packed = q.pack(tp.type);
     if (packed.size() != out.nbytes)
       throw Error(cat("packing '", like.name, "' as ", traits(tp.type).name, " gave ", packed.size(), " bytes, expected ",
@@ -224,7 +224,8 @@ std::vector<std::string> default_calib_files() {
   return out;
 }
 
-std::unique_ptr<Model> working_model(const TensorSet& src, const ResolvedPlan& plan, const HadamardSpec* rotation) {
+std::unique_ptr<Model> working_model(const TensorSet& src, const ResolvedPlan& plan, const HadamardSpec* rotation,
+                                     const MethodOptions& mo) {
   TensorSet work;
   work.path = src.path;
   work.format = src.format;
@@ -246,7 +247,7 @@ std::unique_ptr<Model> working_model(const TensorSet& src, const ResolvedPlan& p
       work.add(t);
     } else {
       const std::vector<float> w = to_f32(t);
-      work.add(quantize_matrix(t, w.data(), *tp, nullptr, work, nullptr, {}));
+      work.add(quantize_matrix(t, w.data(), *tp, nullptr, mo, work, nullptr, {}));
     }
   }
   auto m = load_model(std::move(work));
@@ -295,7 +296,7 @@ QuantizeResult run_quantize(const QuantizeOptions& o, const QuantizeEvents& ev, 
       if (t.block >= 0 && t.ne.size() >= 2) rotated.emplace_back(t.name, t.ne[0]);
     rotation = make_rotation(rotated, o.rotate_block, o.seed);
   }
-  std::unique_ptr<Model> m = working_model(src, rp, rotation ? &*rotation : nullptr);
+  std::unique_ptr<Model> m = working_model(src, rp, rotation ? &*rotation : nullptr, o.method_opts);
   stage(o.rotate ? "F32 working copies + rotation" : "F32 working copies");
 
   // --from: a saved stage-1 result, in the same basis as this run.
@@ -324,7 +325,7 @@ QuantizeResult run_quantize(const QuantizeOptions& o, const QuantizeEvents& ev, 
         if (!ft) fail(o.from, "no tensor '", w.name, "': a stage-1 result of another model or plan");
         start = stage1_from(*ft, w, o.from);
       }
-      quantized.push_back(quantize_matrix(w, reinterpret_cast<const float*>(w.data), *tp, st, m->file, &err, info,
+      quantized.push_back(quantize_matrix(w, reinterpret_cast<const float*>(w.data), *tp, st, o.method_opts, m->file, &err, info,
                                           o.residual, &residual_tensors[w.name], start ? &*start : nullptr));
       res.errors.push_back(err);
       *slot = &quantized.back();
@@ -383,6 +384,8 @@ QuantizeResult run_quantize(const QuantizeOptions& o, const QuantizeEvents& ev, 
     job["plan"] = nlohmann::ordered_json::parse(rp.json());
     job["rotation"] = rotation_json(o);
     job["seed"] = o.seed;
+    job["method_options"] = {{"gptq_passes", o.method_opts.gptq_passes}, {"tune_steps", o.method_opts.tune_steps},
+                             {"tune_lr", o.method_opts.tune_lr}};
     job["residual"] = {{"kind", residual_kind_name(o.residual.kind)}, {"dim", o.residual.dim},
                        {"size", o.residual.size}, {"rows", o.residual.rows}};
     job["from"] = o.from.empty() ? nlohmann::ordered_json(nullptr)

@@ -41,6 +41,7 @@ struct QuantizeOptions {
   bool dry_run = false;    // resolve and report the plan, nothing else
   std::optional<TypeId> ternary_type;  // --type: the plan's ternary tensors become this type
   ResidualOptions residual;            // --residual, --rc-dim, --rc-size, --rc-rows
+  MethodOptions method_opts;           // --gptq-passes, --tune-steps, --tune-lr (four_levels: set by --type)
   std::string from;                    // --from: a saved stage-1 result (GGUF or .bonsai) to start stage 2 from
   // Crash-safe jobs (quantize/checkpoint.h): each finished block is kept in OUT.partial/ until the
   // output is in place. `partial` says what to do with one a killed job left (--resume, --restart).
@@ -90,6 +91,7 @@ std::vector<std::string> default_calib_files();
 // is given, which then becomes the model's HadamardSpec), the other matrices already in their plan
 // type, 1-D tensors as stored. Tensors left as stored point into `src`, which must outlive the
 // model. Exposed so tests can check that the rotation changes nothing.
-std::unique_ptr<Model> working_model(const TensorSet& src, const ResolvedPlan& plan, const HadamardSpec* rotation);
+std::unique_ptr<Model> working_model(const TensorSet& src, const ResolvedPlan& plan, const HadamardSpec* rotation,
+                                     const MethodOptions& mo = {});
 
 }  // namespace bonsai::quant
