@@ -3,7 +3,11 @@
 # calibration (128 x 512 tokens of ../shared/corpora/zh/calib-*.txt, seed 0), each method with
 # and without Hadamard rotation; held-out perplexity on the whole eval file at ctx 512.
 #
-#   scripts/results_stage1.sh [RUN...]     RUN: bf16, or METHOD-ROTATION (rtn-none, gptq-hadamard, ...)
+#   scripts/results_stage1.sh [RUN...]
+#
+# RUN: bf16 (the model as stored), q8_0 (`bonsai convert --type q8_0`, no calibration), or
+# METHOD-ROTATION (rtn-none, gptq-hadamard, ...), or METHOD-ROTATION-en: the same calibrated on
+# the English TinyStories sample (../shared/corpora/en) instead of the Chinese corpus.
 #
 # Each run writes OUT/RUN.quantize.json (bonsai quantize --json), OUT/RUN.ppl.json (bonsai
 # perplexity --json) and OUT/RUN.log; a run whose .ppl.json exists is skipped, so the script can
@@ -21,8 +25,9 @@ model=$BONSAI_SHARED_DIR/models/zh-tiny-qwen3
 eval_text=$BONSAI_SHARED_DIR/corpora/zh/eval-debian-handbook-zh-CN.txt
 plan=ternary-keep-embed-head-q8
 runs=("$@")
-[ ${#runs[@]} -gt 0 ] || runs=(bf16 rtn-none rtn-hadamard absmean-none absmean-hadamard gptq-none gptq-hadamard
-  optimal-none optimal-hadamard)
+[ ${#runs[@]} -gt 0 ] || runs=(bf16 q8_0 rtn-none rtn-hadamard absmean-none absmean-hadamard optimal-none
+  optimal-hadamard gptq-none gptq-hadamard tune-none tune-hadamard gptq-none-en)
+english=$BONSAI_SHARED_DIR/corpora/en/tinystories_validation_100.txt
 for f in "$model/model.safetensors" "$eval_text"; do
   [ -e "$f" ] || { echo "results_stage1: $f is missing (README: Getting the data)" >&2; exit 1; }
 done
@@ -43,13 +48,17 @@ for run in "${runs[@]}"; do
   # (remove a lock left by an interrupted run by hand).
   mkdir "$out/$run.lock" 2>/dev/null || { echo "$run: running elsewhere ($out/$run.lock)"; continue; }
   echo "$run: start $(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg)"
+  measured=$out/$run.gguf
   if [ "$run" = bf16 ]; then
     measured=$model
+  elif [ "$run" = q8_0 ]; then
+    nice "$bonsai" convert -m "$model" -o "$measured" --type q8_0 2>"$out/$run.log"
   else
-    method=${run%-*} rotation=${run#*-}
-    measured=$out/$run.gguf
+    IFS=- read -r method rotation corpus <<<"$run"
+    calib=()
+    [ "$corpus" = en ] && calib=(--calib "$english")
     nice "$bonsai" quantize -m "$model" -o "$measured" --plan "$plan" --method "$method" --rotate "$rotation" \
-      --threads "$threads" --json >"$out/$run.quantize.json.tmp" 2>"$out/$run.log"
+      "${calib[@]}" --threads "$threads" --json >"$out/$run.quantize.json.tmp" 2>"$out/$run.log"
     mv "$out/$run.quantize.json.tmp" "$out/$run.quantize.json"
   fi
   nice "$bonsai" perplexity -m "$measured" -f "$eval_text" --ctx 512 --threads "$threads" --json \
@@ -63,7 +72,8 @@ done
 python3 - "$out" "$plan" <<'EOF'
 import json, os, sys
 out, plan = sys.argv[1], sys.argv[2]
-order = ["bf16"] + [f"{m}-{r}" for m in ("rtn", "absmean", "optimal", "gptq") for r in ("none", "hadamard")]
+order = ["bf16", "q8_0"] + [f"{m}-{r}" for m in ("rtn", "absmean", "optimal", "gptq", "tune")
+                             for r in ("none", "hadamard")] + ["gptq-none-en"]
 def load(name):
     p = os.path.join(out, name)
     return json.load(open(p)) if os.path.exists(p) else None
@@ -80,8 +90,15 @@ for run in order:
         rows.append(f"| BF16 (safetensors) | - | - | {ppl['ppl']:.2f} ± {ppl['ppl_err']:.2f} | +0.00% | "
                     f"{size / 2**20:.1f} MiB | 16 | - |")
         continue
+    if run == "q8_0":
+        size = os.path.getsize(os.path.join(out, "q8_0.gguf"))
+        rows.append(f"| Q8_0 GGUF (`bonsai convert`) | - | - | {ppl['ppl']:.2f} ± {ppl['ppl_err']:.2f} | {rel} | "
+                    f"{size / 2**20:.1f} MiB | 8.5 | - |")
+        continue
     q = load(run + ".quantize.json")
-    method, rot = run.split("-")
+    method, rot, *corpus = run.split("-")
+    if corpus:
+        method += " (calibrated on English TinyStories)"
     rows.append(f"| PTQ1_0 GGUF, {plan} | {method} | {rot} | {ppl['ppl']:.2f} ± {ppl['ppl_err']:.2f} | {rel} | "
                 f"{q['file_bytes'] / 2**20:.1f} MiB | {q['bpw_all']:.3f} / {q['bpw_block_linear']:.3f} | "
                 f"{q['seconds']:.0f} s |")
