@@ -78,8 +78,11 @@ def load(name):
     p = os.path.join(out, name)
     return json.load(open(p)) if os.path.exists(p) else None
 base = load("bf16.ppl.json")
-rows = ["| model | method | rotation | PPL | vs BF16 | file size | bits/weight (all / block linears) | quantize time |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+def mean_block_error(q):  # the quantize summary's relative output error, averaged over blk.* weights
+    e = [v for k, v in q["rel_errors"].items() if k.startswith("blk.")]
+    return sum(e) / len(e)
+rows = ["| model | method | rotation | PPL | vs BF16 | file size | bits/weight (all / block linears) | mean rel. output error (block matrices) | quantize time |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
 for run in order:
     ppl = load(run + ".ppl.json")
     if ppl is None:
@@ -88,12 +91,12 @@ for run in order:
     if run == "bf16":
         size = os.path.getsize(ppl["model"] + "/model.safetensors") if os.path.isdir(ppl["model"]) else 0
         rows.append(f"| BF16 (safetensors) | - | - | {ppl['ppl']:.2f} ± {ppl['ppl_err']:.2f} | +0.00% | "
-                    f"{size / 2**20:.1f} MiB | 16 | - |")
+                    f"{size / 2**20:.1f} MiB | 16 | 0 | - |")
         continue
     if run == "q8_0":
         size = os.path.getsize(os.path.join(out, "q8_0.gguf"))
         rows.append(f"| Q8_0 GGUF (`bonsai convert`) | - | - | {ppl['ppl']:.2f} ± {ppl['ppl_err']:.2f} | {rel} | "
-                    f"{size / 2**20:.1f} MiB | 8.5 | - |")
+                    f"{size / 2**20:.1f} MiB | 8.5 | - | - |")
         continue
     q = load(run + ".quantize.json")
     method, rot, *corpus = run.split("-")
@@ -101,7 +104,7 @@ for run in order:
         method += " (calibrated on English TinyStories)"
     rows.append(f"| PTQ1_0 GGUF, {plan} | {method} | {rot} | {ppl['ppl']:.2f} ± {ppl['ppl_err']:.2f} | {rel} | "
                 f"{q['file_bytes'] / 2**20:.1f} MiB | {q['bpw_all']:.3f} / {q['bpw_block_linear']:.3f} | "
-                f"{q['seconds']:.0f} s |")
+                f"{mean_block_error(q):.5f} | {q['seconds']:.0f} s |")
 open(os.path.join(out, "table.md"), "w").write("\n".join(rows) + "\n")
 print("\n".join(rows))
 EOF

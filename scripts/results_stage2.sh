@@ -34,6 +34,9 @@ declare -A ARGS=(
   [opt-grid]="--type pq2_0 --method optimal"
   [opt-km-v8-k16-all]="--type pq2_0 --method optimal --residual kmeans --rc-dim 8 --rc-size 16 --rc-rows 0"
   [opt-pattern]="--type pq2_0 --method optimal --residual pattern"
+  # The grid on the Hadamard-rotated weights: needs statistics in the rotated basis, so run it with
+  # its own STATS file (calibrated and saved by its first run).
+  [grid-hadamard]="--type pq2_0 --rotate hadamard --rotate-block 128"
 )
 ORDER=(stage1 grid pattern km-v8-k16-all km-v4-k16-all km-v16-k256-all km-v8-k16-g64 km-v8-k256-all opt-grid opt-km-v8-k16-all
        opt-pattern)
