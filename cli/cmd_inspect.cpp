@@ -7,6 +7,7 @@
 #include "cli/json_out.h"
 #include "formats/model_file.h"
 #include "formats/summary.h"
+#include "quantize/canonical.h"
 
 namespace bonsai::cli {
 namespace {
@@ -16,16 +17,20 @@ int run(const std::vector<std::string>& args) {
   opts.add_options()("model", po::value<std::string>()->required(),
                      "GGUF, .bonsai, safetensors file, Hugging Face folder or llama2.c .bin")(
       "no-tensors", po::bool_switch(), "print metadata and totals only")(
-      "all-items", po::bool_switch(), "print arrays in full instead of their first items");
+      "all-items", po::bool_switch(), "print arrays in full instead of their first items")(
+      "check-blocks", po::bool_switch(),
+      "check every PTQ1_0 / PQ2_0 tensor is canonical: decoded by the golden-tested decoder and re-encoded by "
+      "the reference rule, it gives the same bytes (exit 1 naming the first tensor and block that does not)");
   add_json(opts);
   po::positional_options_description pos;
   pos.add("model", 1);
   po::variables_map vm;
-  if (!parse(args, "bonsai inspect FILE [--json]",
+  if (!parse(args, "bonsai inspect FILE [--no-tensors] [--all-items] [--check-blocks] [--json]",
              "Shows a model file: its format, metadata (long arrays abbreviated), a tensor table\n"
              "(name, type, shape, bytes, bits/weight) and totals per type. Reads GGUF, .bonsai,\n"
              "safetensors (a file or a Hugging Face folder) and llama2.c checkpoints.\n\n"
-             "examples:\n  bonsai inspect model.gguf\n  bonsai inspect zh-tiny-qwen3/ --json | jq .totals",
+             "examples:\n  bonsai inspect model.gguf\n  bonsai inspect zh-tiny-qwen3/ --json | jq .totals\n"
+             "  bonsai inspect model-ptq1.gguf --no-tensors --check-blocks",
              opts, pos, vm))
     return 0;
 
@@ -33,6 +38,22 @@ int run(const std::vector<std::string>& args) {
   const TensorSet ts = open_model(path);
   const SizeSummary sum = summarize(ts);
   const size_t max_items = vm["all-items"].as<bool>() ? SIZE_MAX : 8;
+
+  // --check-blocks: the ternary tensors checked, and the first one that is not canonical.
+  const bool check = vm["check-blocks"].as<bool>();
+  int64_t checked = 0, bad_block = -1;
+  std::string bad_tensor;
+  if (check)
+    for (const Tensor& t : ts.tensors) {
+      if (t.type != TypeId::PTQ1_0 && t.type != TypeId::PQ2_0) continue;
+      ++checked;
+      bad_block = quant::first_noncanonical_block(t);
+      if (bad_block >= 0) {
+        bad_tensor = t.name;
+        break;
+      }
+    }
+  const int rc = bad_block >= 0 ? 1 : 0;
 
   if (vm["json"].as<bool>()) {
     nlohmann::json j;
@@ -52,8 +73,13 @@ int run(const std::vector<std::string>& args) {
     j["totals"] = totals(sum.all);
     j["totals"]["by_type"] = nlohmann::json::object();
     for (const auto& [name, t] : sum.by_type) j["totals"]["by_type"][name] = totals(t);
+    if (check)
+      j["check_blocks"] = {{"ternary_tensors_checked", checked},
+                           {"canonical", bad_block < 0},
+                           {"first_bad_tensor", bad_block < 0 ? nlohmann::json(nullptr) : nlohmann::json(bad_tensor)},
+                           {"first_bad_block", bad_block < 0 ? nlohmann::json(nullptr) : nlohmann::json(bad_block)}};
     print_json(j);
-    return 0;
+    return rc;
   }
 
   std::printf("file:     %s\nformat:   %s\n", path.c_str(), ts.format.c_str());
@@ -74,7 +100,16 @@ int run(const std::vector<std::string>& args) {
   };
   for (const auto& [name, t] : sum.by_type) row(name.c_str(), t);
   row("all", sum.all);
-  return 0;
+  if (check) {
+    if (bad_block < 0)
+      std::printf("check-blocks: all %lld PTQ1_0/PQ2_0 tensors canonical (decode -> reference re-encode gives the "
+                  "same bytes)\n", static_cast<long long>(checked));
+    else
+      std::fprintf(stderr, "%s: tensor '%s' block %lld is not canonical: decoding and re-encoding it by the reference "
+                   "rule gives other bytes (damaged, or not written by a PrismML-compatible encoder)\n",
+                   path.c_str(), bad_tensor.c_str(), static_cast<long long>(bad_block));
+  }
+  return rc;
 }
 
 const Registrar reg({"inspect", "show a model file's format, metadata, tensors and sizes", run});
