@@ -604,6 +604,7 @@ QuantizeResult run_quantize(const QuantizeOptions& o, const QuantizeEvents& ev, 
 QuantizeResult quantize_model(const QuantizeOptions& o, const QuantizeEvents& ev) {
   if (!o.dry_run && !o.output.ends_with(".gguf") && !o.output.ends_with(".bonsai"))
     fail(o.output, "output must end in .gguf or .bonsai");
+  validate_method_options(o.method_opts);  // now, not after a calibration forward
   if (o.dry_run || !o.checkpoint) return run_quantize(o, ev, nullptr);
   // Made before any work, so an output folder that cannot be written fails now, not hours later.
   JobCheckpoint ck(o.output, o.partial);

@@ -23,6 +23,18 @@ template <typename... Args>
   throw Error(cat("quantize: ", what...));
 }
 
+}  // namespace
+
+void validate_method_options(const MethodOptions& opts) {
+  if (!(opts.gptq_damp >= 0.0) || !std::isfinite(opts.gptq_damp)) bad("gptq damping ", opts.gptq_damp, " must be >= 0");
+  if (opts.gptq_block < 1) bad("gptq block ", opts.gptq_block, " must be >= 1");
+  if (opts.gptq_passes < 1) bad("gptq passes ", opts.gptq_passes, " must be >= 1");
+  if (opts.tune_steps < 0) bad("tune steps ", opts.tune_steps, " must be >= 0");
+  if (!(opts.tune_lr > 0.0) || !std::isfinite(opts.tune_lr)) bad("tune learning rate ", opts.tune_lr, " must be > 0");
+}
+
+namespace {
+
 void validate(const MatrixIn& in, Method method, const MethodOptions& opts) {
   if (!in.w) bad("no weights given");
   if (in.rows <= 0 || in.cols <= 0) bad("matrix of ", in.rows, " x ", in.cols, " has no weights");
@@ -43,11 +55,7 @@ void validate(const MatrixIn& in, Method method, const MethodOptions& opts) {
   if (!in.gram)
     bad("method ", method_name(method), " needs the Gram matrix E[x xᵀ] of the layer's input (calibration with "
         "Gram collection); rtn, absmean and optimal do without");
-  if (!(opts.gptq_damp >= 0.0) || !std::isfinite(opts.gptq_damp)) bad("gptq damping ", opts.gptq_damp, " must be >= 0");
-  if (opts.gptq_block < 1) bad("gptq block ", opts.gptq_block, " must be >= 1");
-  if (opts.gptq_passes < 1) bad("gptq passes ", opts.gptq_passes, " must be >= 1");
-  if (opts.tune_steps < 0) bad("tune steps ", opts.tune_steps, " must be >= 0");
-  if (!(opts.tune_lr > 0.0) || !std::isfinite(opts.tune_lr)) bad("tune learning rate ", opts.tune_lr, " must be > 0");
+  validate_method_options(opts);
   for (int64_t j = 0; j < in.cols; ++j) {
     if (!(in.gram[j * in.cols + j] >= 0.0)) bad("Gram matrix diagonal ", j, " = ", in.gram[j * in.cols + j], " (must be >= 0)");
     for (int64_t k = 0; k < in.cols; ++k)

@@ -63,6 +63,10 @@ struct TernaryMatrix {
   std::vector<uint8_t> pack(TypeId type) const;
 };
 
+// Error naming the first option out of range (passes < 1, steps < 0, a learning rate that is not
+// a positive number, ...); quantize_ternary checks them too, the pipeline before any work.
+void validate_method_options(const MethodOptions& opts);
+
 TernaryMatrix quantize_ternary(const MatrixIn& in, Method method, const MethodOptions& opts = {});
 
 // Relative output error ‖X(W−Ŵ)ᵀ‖² / ‖XWᵀ‖² from the Gram matrix (or, without one, the

@@ -40,7 +40,6 @@ void check_count(const Tensor& w, const char* op, const char* what, int64_t n) {
   if (n < 0) fail(w.name, op, ": negative ", what, " count ", n);
 }
 
-
 }  // namespace
 
 #if BONSAI_CPU_AVX2

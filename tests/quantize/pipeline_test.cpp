@@ -146,10 +146,11 @@ TEST(QuantizeCli, DryRunAndOptionErrors) {
   EXPECT_NE(out.find("--out"), std::string::npos) << out;
   EXPECT_EQ(test::run_bonsai("quantize -m " + m + " -o x.gguf --rotate givens", &out), 2) << out;
   EXPECT_NE(out.find("--rotate must be none or hadamard"), std::string::npos) << out;
-  EXPECT_EQ(test::run_bonsai("quantize -m " + m + " -o x.gguf --gptq-passes 0", &out), 2) << out;
-  EXPECT_NE(out.find("--gptq-passes must be at least 1"), std::string::npos) << out;
-  EXPECT_EQ(test::run_bonsai("quantize -m " + m + " -o x.gguf --tune-lr nan", &out), 2) << out;
-  EXPECT_NE(out.find("--tune-lr must be a positive number"), std::string::npos) << out;
+  EXPECT_EQ(test::run_bonsai("quantize -m " + m + " -o x.gguf --gptq-passes 0", &out), 1) << out;
+  EXPECT_NE(out.find("gptq passes 0 must be >= 1"), std::string::npos) << out;
+  EXPECT_EQ(test::run_bonsai("quantize -m " + m + " -o x.gguf --tune-lr nan", &out), 1) << out;
+  EXPECT_NE(out.find("tune learning rate nan must be > 0"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists("x.gguf.partial"));  // refused before the job's checkpoint folder
   EXPECT_EQ(test::run_bonsai("quantize -m " + m + " -o x.gguf --method best", &out), 1) << out;
   EXPECT_NE(out.find("best"), std::string::npos) << out;
   EXPECT_EQ(test::run_bonsai("quantize -m " + m + " -o x.gguf --plan no-such-preset", &out), 1) << out;
