@@ -7,6 +7,10 @@
 
 #include "formats/hd.h"
 
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#endif
+
 namespace bonsai {
 
 BONSAI_HD inline uint32_t f32_bits(float f) {
@@ -30,6 +34,9 @@ BONSAI_HD inline float f32_from_bits(uint32_t u) {
 }
 
 BONSAI_HD inline float fp16_to_f32(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(h));  // one exact hardware conversion
+#else
   const uint32_t sign = uint32_t(h & 0x8000) << 16;
   const uint32_t exp = (h >> 10) & 0x1f;
   uint32_t mant = h & 0x3ff;
@@ -39,6 +46,7 @@ BONSAI_HD inline float fp16_to_f32(uint16_t h) {
   // Subnormal: value = mant * 2^-24, exactly representable in float32.
   const float v = float(mant) * 5.9604644775390625e-8f;
   return sign ? -v : v;
+#endif
 }
 
 BONSAI_HD inline uint16_t f32_to_fp16(float f) {

@@ -2,14 +2,15 @@
 # The GPU check (not a unit test; needs an NVIDIA GPU): the CUDA tests, perplexity on CUDA
 # against the CPU for the models present, and `bonsai bench --device cuda` on synthetic
 # Qwen3-8B in several weight types. Results go to $OUT (default /tmp/bonsai-cuda):
-#   results.jsonl  one JSON object a line (perplexity and bench runs, tagged)
+#   results.jsonl  one JSON object a line (matvec speed per path, perplexity and bench runs, tagged)
 #   cuda_tests.json, log.txt, gpu.txt
 # Usage: scripts/cuda_check.sh
 # Env: BONSAI_BIN_DIR  folder with prebuilt bonsai and bonsai_cuda_tests (default: build here,
 #                      into build-cuda, for this GPU's architecture)
 #      BONSAI_LOADER   command prefix that runs those binaries (a carried ld.so, say)
 #      BONSAI_SHARED_DIR  fixtures (default ../shared); PPL_MODELS extra "name=path" pairs
-#      SIZE=8b TYPES="ptq1_0 pq2_0 q4_0 f16" REPS=3
+#      PPL_DEVICES="cuda cpu" (where to measure perplexity; cuda alone when the CPU figures
+#      come from another machine), SIZE=8b TYPES="ptq1_0 pq2_0 q4_0 f16" REPS=3
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/bonsai-cuda}
@@ -21,11 +22,12 @@ shared=${BONSAI_SHARED_DIR:-../shared}
 size=${SIZE:-8b}
 types=${TYPES:-"ptq1_0 pq2_0 q4_0 f16"}
 reps=${REPS:-3}
+ppl_devices=${PPL_DEVICES:-"cuda cpu"}
 loader=${BONSAI_LOADER:-}
 say() { echo "== $*" | tee -a "$log"; }
 
 nvidia-smi >"$out/gpu.txt" 2>&1 || { echo "no nvidia-smi: this check needs an NVIDIA GPU" | tee -a "$log"; exit 1; }
-say "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)"
+say "commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}, $(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)"
 
 if [ -n "${BONSAI_BIN_DIR:-}" ]; then
   bin=$BONSAI_BIN_DIR
@@ -38,10 +40,15 @@ else
   bin=build-cuda/cli
   tests=build-cuda/tests/bonsai_cuda_tests
 fi
-bonsai() { $loader "$bin/bonsai" "$@"; }
 
 say "CUDA tests"
-BONSAI_SHARED_DIR=$shared $loader "$tests" --gtest_output=json:"$out/cuda_tests.json" 2>&1 | tee -a "$log" | grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|Failure" | head -40
+BONSAI_SHARED_DIR=$shared timeout 180 $loader "$tests" --gtest_output=json:"$out/cuda_tests.json" 2>&1 | tee -a "$log" |
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|Failure" | head -40
+
+# One-token matvec speed of each path on 1 GiB of weights, against the read bandwidth.
+say "matvec throughput"
+timeout 120 $loader "$tests" --gtest_also_run_disabled_tests --gtest_filter='CudaMatmul.DISABLED_Throughput' 2>&1 |
+  tee -a "$log" | grep '^{"kind":"matvec"' | tee -a "$res"
 
 # Perplexity: the same file on the CPU and on CUDA (ctx 512, the whole held-out text).
 text=$shared/corpora/zh/eval-debian-handbook-zh-CN.txt
@@ -50,10 +57,10 @@ for pair in $models; do
   name=${pair%%=*}
   path=${pair#*=}
   [ -e "$path" ] && [ -f "$text" ] || { say "perplexity $name: $path or $text missing, skipped"; continue; }
-  for dev in cuda cpu; do
+  for dev in $ppl_devices; do
     say "perplexity $name on $dev"
     start=$(date +%s%N)
-    j=$(bonsai perplexity -m "$path" -f "$text" --device "$dev" --json 2>>"$log")
+    j=$(timeout 300 $loader "$bin/bonsai" perplexity -m "$path" -f "$text" --device "$dev" --json 2>>"$log")
     ms=$((($(date +%s%N) - start) / 1000000))
     echo "{\"kind\":\"perplexity\",\"model\":\"$name\",\"device\":\"$dev\",\"ms\":$ms,\"result\":${j:-null}}" | tee -a "$res"
   done
@@ -63,9 +70,10 @@ done
 for t in $types; do
   f=/tmp/bonsai-synth-$size-$t.gguf
   say "synth $size $t"
-  [ -f "$f" ] || bonsai synth --size "$size" --type "$t" -o "$f" >>"$log" 2>&1 || { say "synth $t failed"; continue; }
+  [ -f "$f" ] || timeout 200 $loader "$bin/bonsai" synth --size "$size" --type "$t" -o "$f" 2>&1 | tr '\r' '\n' | tail -2 >>"$log"
+  [ -f "$f" ] || { say "synth $t failed"; continue; }
   say "bench $size $t"
-  j=$(bonsai bench -m "$f" --device cuda -p 512 -n 128 -r "$reps" --json 2>>"$log")
+  j=$(timeout 200 $loader "$bin/bonsai" bench -m "$f" --device cuda -p 512 -n 128 -r "$reps" --json 2>>"$log")
   echo "{\"kind\":\"bench\",\"size\":\"$size\",\"type\":\"$t\",\"result\":${j:-null}}" | tee -a "$res"
   rm -f "$f"
 done

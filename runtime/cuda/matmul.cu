@@ -29,90 +29,167 @@ namespace {
 
 constexpr int kMaxVecTokens = 8;
 
+// ---- n <= 8, quantized: int8 activations laid out like the code words, dp4a ----
+//
+// A weight row is read as 32-bit words of code bytes (word w of a block: code bytes 4w..4w+3;
+// PTQ1_0's last word also holds the scale, whose digits meet zero activations). digits4 turns a
+// word into four small digits, one a byte, for each digit n; the activations are quantized to
+// int8 per weight block and stored in the same shape, so that slot (w, n) holds, byte for byte,
+// the activations of the elements those digits encode. One dp4a then multiplies four weights.
+// value = kMul * digit + kOff, so a block's sum is kMul * sum(digit * a) + kOff * sum(a).
 
-// ---- n <= 8, quantized: int8 activations in code-byte order, lookup table, dp4a ----
-
-// xq: per token t and weight block b, kBytes slots of 8 int8 (slot = code byte, lane = digit);
-// dx[t*nb + b] its scale. Grid (nb, n), 128 threads.
 template <typename W>
-__global__ void quantize_act(const float* x, int64_t cols, int nb, int2* xq, float* dx) {
+struct ActShape {
   using V = typename W::View;
+  static constexpr int kWords = (V::kBytes + 3) / 4;
+  // Slots a word, padded so that a word's activations load as int2 or int4.
+  static constexpr int kSlots = V::kDigits == 5 ? 6 : V::kDigits;
+  static constexpr int kBlockInts = kWords * kSlots;
+};
+
+// xq: per token t and weight block b, kBlockInts int32 (ActShape); dx[t*nb + b] its scale and
+// asum[t*nb + b] the sum of its int8 values. Grid (nb, n), 128 threads.
+template <typename W>
+__global__ void quantize_act(const float* x, int64_t cols, int nb, int* xq, float* dx, int* asum) {
+  using V = typename W::View;
+  using S = ActShape<W>;
   const int b = blockIdx.x, t = blockIdx.y;
   const float* xb = x + int64_t(t) * cols + int64_t(b) * V::kElems;
   float m = 0.0f;
   for (int j = threadIdx.x; j < V::kElems; j += blockDim.x) m = fmaxf(m, fabsf(xb[j]));
   __shared__ float part[4];
+  __shared__ int ipart[4];
   m = warp_max(m);
   if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = m;
   __syncthreads();
   m = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
   const float d = m / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-  auto* q = reinterpret_cast<int8_t*>(xq + (int64_t(t) * nb + b) * V::kBytes);
-  for (int s = threadIdx.x; s < V::kBytes * 8; s += blockDim.x) q[s] = 0;
+  int* blk = xq + (int64_t(t) * nb + b) * S::kBlockInts;
+  for (int s = threadIdx.x; s < S::kBlockInts; s += blockDim.x) blk[s] = 0;
   __syncthreads();
+  auto* q = reinterpret_cast<int8_t*>(blk);
+  int sum = 0;
   for (int j = threadIdx.x; j < V::kElems; j += blockDim.x) {
     int byte = 0, digit = 0;
     V::place(j, byte, digit);
-    q[byte * 8 + digit] = int8_t(__float2int_rn(xb[j] * id));
+    const int v = __float2int_rn(xb[j] * id);
+    q[((byte / 4) * S::kSlots + digit) * 4 + byte % 4] = int8_t(v);
+    sum += v;
   }
-  if (threadIdx.x == 0) dx[int64_t(t) * nb + b] = d;
+  for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (threadIdx.x % 32 == 0) ipart[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    dx[int64_t(t) * nb + b] = d;
+    asum[int64_t(t) * nb + b] = ipart[0] + ipart[1] + ipart[2] + ipart[3];
+  }
 }
 
-// One warp a row; lanes walk the row's (block, code byte) pairs. 256 threads = 8 rows a block.
-template <typename W, int NT>
-__global__ void matvec_lut(const uint8_t* w, int64_t row_bytes, int rows, int nb, const int2* xq, const float* dx,
-                           int ntok, float* y) {
+// Code word w of a block: one 32-bit load where blocks keep 4-byte alignment (PTQ1_0), else two
+// 16-bit loads (every block is 2-byte aligned).
+template <typename W>
+__device__ inline uint32_t code_word(const typename W::B& blk, int w) {
+  const uint8_t* p = W::View::bytes(blk) + 4 * w;
+  if constexpr (sizeof(typename W::B) % 4 == 0) return *reinterpret_cast<const uint32_t*>(p);
+  const auto* h = reinterpret_cast<const uint16_t*>(p);
+  return uint32_t(h[0]) | uint32_t(h[1]) << 16;
+}
+
+template <int N>
+__device__ inline void load_ints(const int* src, int (&dst)[N]) {
+  if constexpr (N % 4 == 0) {
+    for (int i = 0; i < N; i += 4) {
+      const int4 v = *reinterpret_cast<const int4*>(src + i);
+      dst[i] = v.x, dst[i + 1] = v.y, dst[i + 2] = v.z, dst[i + 3] = v.w;
+    }
+  } else if constexpr (N % 2 == 0) {
+    for (int i = 0; i < N; i += 2) {
+      const int2 v = *reinterpret_cast<const int2*>(src + i);
+      dst[i] = v.x, dst[i + 1] = v.y;
+    }
+  } else {
+    for (int i = 0; i < N; ++i) dst[i] = src[i];
+  }
+}
+
+// One warp for R rows; lane l walks the rows' (block, word) pairs l, l+32, ...; a word's
+// activations are loaded once for the R rows. 128 threads a block.
+template <typename W, int NT, int R>
+__global__ void matvec_dp4a(const uint8_t* w, int64_t row_bytes, int rows, int nb, const int* xq, const float* dx,
+                            const int* asum, int ntok, float* y) {
   using V = typename W::View;
   using B = typename W::B;
-  __shared__ int2 lut[256];
-  for (int i = threadIdx.x; i < 256; i += blockDim.x) {
-    int8_t v[8];
-    for (int n = 0; n < 8; ++n) v[n] = n < V::kDigits ? int8_t(V::value(uint8_t(i), n)) : int8_t(0);
-    int2 p;
-    memcpy(&p, v, 8);
-    lut[i] = p;
-  }
-  __syncthreads();
+  using S = ActShape<W>;
   const int lane = threadIdx.x % 32;
-  const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  if (r >= rows) return;
-  const B* row = reinterpret_cast<const B*>(w + int64_t(r) * row_bytes);
-  float acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-  const int total = nb * V::kBytes;
-#pragma unroll 4
+  const int r0 = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * R;
+  if (r0 >= rows) return;
+  float acc[NT][R];
+  for (int t = 0; t < NT; ++t)
+    for (int r = 0; r < R; ++r) acc[t][r] = 0.0f;
+  const int total = nb * S::kWords;
+#pragma unroll 2
   for (int f = lane; f < total; f += 32) {
-    const int b = f / V::kBytes, byte = f - b * V::kBytes;
-    const B& blk = row[b];
-    const int2 c = lut[V::bytes(blk)[byte]];
-    const float d = V::scale(blk);
+    const int b = f / S::kWords, wd = f - b * S::kWords;
+    int a[NT][S::kSlots];
+    float da[NT];
+    int corr[NT];
     for (int t = 0; t < NT; ++t) {
       if (t >= ntok) break;
-      const int64_t slot = (int64_t(t) * nb + b);
-      const int2 xv = xq[slot * V::kBytes + byte];
-      const int s = __dp4a(c.y, xv.y, __dp4a(c.x, xv.x, 0));
-      acc[t] += float(s) * (d * dx[slot]);
+      const int64_t slot = int64_t(t) * nb + b;
+      load_ints(xq + (slot * S::kWords + wd) * S::kSlots, a[t]);
+      da[t] = dx[slot];
+      corr[t] = V::kOff != 0 && wd == 0 ? V::kOff * asum[slot] : 0;
+    }
+    for (int r = 0; r < R; ++r) {
+      if (r0 + r >= rows) break;
+      const B& blk = reinterpret_cast<const B*>(w + int64_t(r0 + r) * row_bytes)[b];
+      const uint32_t q = code_word<W>(blk, wd);
+      const float d = V::scale(blk);
+      for (int t = 0; t < NT; ++t) {
+        if (t >= ntok) break;
+        int s = 0;
+        for (int n = 0; n < V::kDigits; ++n) s = __dp4a(int(V::digits4(q, n)), a[t][n], s);
+        acc[t][r] += float(V::kMul * s + corr[t]) * (d * da[t]);
+      }
     }
   }
-  for (int t = 0; t < NT && t < ntok; ++t) {
-    const float s = warp_sum(acc[t]);
-    if (lane == 0) y[int64_t(t) * rows + r] = s;
-  }
+  for (int t = 0; t < NT && t < ntok; ++t)
+    for (int r = 0; r < R; ++r) {
+      const float s = warp_sum(acc[t][r]);
+      if (lane == 0 && r0 + r < rows) y[int64_t(t) * rows + r0 + r] = s;
+    }
 }
 
 // ---- n <= 8, float weights ----
 
+// One warp a row. Rows whose bytes keep 16-byte alignment are read 16 bytes a lane at a time
+// (8 F16/BF16 or 4 F32 elements); the rest, and any tail, element by element.
 template <typename W, int NT>
 __global__ void matvec_fma(const uint8_t* w, int64_t row_bytes, int rows, int64_t cols, const float* x, int ntok,
                            float* y) {
+  constexpr int kVec = 16 / W::kBytes;
   const int lane = threadIdx.x % 32;
   const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (r >= rows) return;
   const uint8_t* row = w + int64_t(r) * row_bytes;
   float acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-#pragma unroll 4
-  for (int64_t k = lane; k < cols; k += 32) {
+  const int64_t vec_end = row_bytes % 16 == 0 && cols % 4 == 0 ? cols / kVec * kVec : 0;
+#pragma unroll 2
+  for (int64_t k = int64_t(lane) * kVec; k < vec_end; k += 32 * kVec) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(row + k * W::kBytes);
+    float v[kVec];
+    for (int i = 0; i < kVec; ++i) v[i] = W::at(reinterpret_cast<const uint8_t*>(&raw), i);
+    for (int t = 0; t < NT; ++t) {
+      if (t >= ntok) break;
+      const float* xt = x + int64_t(t) * cols + k;
+      for (int i = 0; i < kVec; i += 4) {
+        const float4 xv = *reinterpret_cast<const float4*>(xt + i);
+        acc[t] += v[i] * xv.x + v[i + 1] * xv.y + v[i + 2] * xv.z + v[i + 3] * xv.w;
+      }
+    }
+  }
+  for (int64_t k = vec_end + lane; k < cols; k += 32) {
     const float v = W::at(row, k);
     for (int t = 0; t < NT; ++t) {
       if (t >= ntok) break;
@@ -181,20 +258,34 @@ __global__ void get_rows_kernel(const uint8_t* w, int64_t row_bytes, int64_t col
 
 int blocks_for(int64_t rows, int per_block) { return int((rows + per_block - 1) / per_block); }
 
+template <typename W, int NT, int R>
+void launch_dp4a(Launcher& launch, const DeviceMatrix& m, int nb, const int* xq, const float* dx, const int* asum,
+                 int64_t n, float* y) {
+  const dim3 grid(unsigned(blocks_for(m.rows, 4 * R)));
+  launch(matvec_dp4a<W, NT, R>, grid, dim3(128), 0, m.data, m.row_bytes, int(m.rows), nb, xq, dx, asum, int(n), y);
+}
+
+// rows_per_warp 0: the default for n (2 for one token, whose activations then serve two rows).
 template <typename W>
-void run_lut(Launcher& launch, const DeviceMatrix& m, const float* x, int64_t n, float* y, ActScratch& scratch) {
+void run_dp4a(Launcher& launch, const DeviceMatrix& m, const float* x, int64_t n, float* y, ActScratch& scratch,
+              int rows_per_warp) {
   using V = typename W::View;
+  using S = ActShape<W>;
+  if (m.cols % V::kElems != 0) throw Error(cat("CUDA matmul: ", m.cols, " columns are not whole blocks"));
   const int nb = int(m.cols / V::kElems);
-  const size_t q_bytes = size_t(n) * nb * V::kBytes * sizeof(int2);
-  auto* base = static_cast<char*>(scratch.get(q_bytes + size_t(n) * nb * sizeof(float)));
-  auto* xq = reinterpret_cast<int2*>(base);
+  const size_t q_bytes = size_t(n) * nb * S::kBlockInts * sizeof(int), s_bytes = size_t(n) * nb * sizeof(float);
+  auto* base = static_cast<char*>(scratch.get(q_bytes + 2 * s_bytes));
+  auto* xq = reinterpret_cast<int*>(base);
   auto* dx = reinterpret_cast<float*>(base + q_bytes);
-  launch(quantize_act<W>, dim3(unsigned(nb), unsigned(n)), dim3(128), 0, x, m.cols, nb, xq, dx);
-  const dim3 grid(unsigned(blocks_for(m.rows, 8)));
-  if (n == 1)
-    launch(matvec_lut<W, 1>, grid, dim3(256), 0, m.data, m.row_bytes, int(m.rows), nb, xq, dx, int(n), y);
-  else
-    launch(matvec_lut<W, kMaxVecTokens>, grid, dim3(256), 0, m.data, m.row_bytes, int(m.rows), nb, xq, dx, int(n), y);
+  auto* asum = reinterpret_cast<int*>(base + q_bytes + s_bytes);
+  launch(quantize_act<W>, dim3(unsigned(nb), unsigned(n)), dim3(128), 0, x, m.cols, nb, xq, dx, asum);
+  const int rpw = rows_per_warp > 0 ? rows_per_warp : n == 1 ? 2 : 1;
+  if (n == 1 && rpw == 1) return launch_dp4a<W, 1, 1>(launch, m, nb, xq, dx, asum, n, y);
+  if (n == 1 && rpw == 2) return launch_dp4a<W, 1, 2>(launch, m, nb, xq, dx, asum, n, y);
+  if (n == 1 && rpw == 4) return launch_dp4a<W, 1, 4>(launch, m, nb, xq, dx, asum, n, y);
+  if (rpw == 1) return launch_dp4a<W, kMaxVecTokens, 1>(launch, m, nb, xq, dx, asum, n, y);
+  if (rpw == 2) return launch_dp4a<W, kMaxVecTokens, 2>(launch, m, nb, xq, dx, asum, n, y);
+  throw Error(cat("CUDA matmul: no dp4a kernel for ", rpw, " rows a warp and ", n, " tokens"));
 }
 
 template <typename W>
@@ -228,7 +319,9 @@ void matmul_path(Launcher& launch, const char* path, const DeviceMatrix& m, cons
     if (p == "wmma") return run_wmma<W>(launch, m, x, n, y);
     if (n > kMaxVecTokens) throw Error(cat("CUDA matmul path '", p, "' takes at most ", kMaxVecTokens, " tokens"));
     if constexpr (W::kQuant) {
-      if (p == "lut") return run_lut<W>(launch, m, x, n, y, scratch);
+      if (p == "dp4a") return run_dp4a<W>(launch, m, x, n, y, scratch, 0);
+      if (p.size() == 6 && p.rfind("dp4a:", 0) == 0 && p[5] >= '1' && p[5] <= '4')
+        return run_dp4a<W>(launch, m, x, n, y, scratch, p[5] - '0');
     } else {
       if (p == "fma") return run_fma<W>(launch, m, x, n, y);
     }
@@ -238,7 +331,7 @@ void matmul_path(Launcher& launch, const char* path, const DeviceMatrix& m, cons
 
 void matmul(Launcher& launch, const DeviceMatrix& m, const float* x, int64_t n, float* y, ActScratch& scratch) {
   const bool quant = traits(m.type).block_elems > 1;
-  matmul_path(launch, n > kMaxVecTokens ? "wmma" : quant ? "lut" : "fma", m, x, n, y, scratch);
+  matmul_path(launch, n > kMaxVecTokens ? "wmma" : quant ? "dp4a" : "fma", m, x, n, y, scratch);
 }
 
 void get_rows(Launcher& launch, const DeviceMatrix& m, const int32_t* ids, int64_t n, float* out) {

@@ -3,10 +3,10 @@
 //
 // Paths (chosen by the token count n):
 //  - n <= 8, quantized types: activations quantized to int8 once per call, one scale per weight
-//    block (amax/127), laid out in the order the block's code bytes hold their elements; each
-//    code byte is turned into up to 8 int8 values by a 256-entry lookup table and multiplied with
-//    two dp4a. Error bound per output: sum over blocks b of amax_b/254 * sum_{k in b} |W[r,k]|.
-//  - n <= 8, float types: float FMA dot products.
+//    block (amax/127), laid out like the block's 32-bit code words (one int8 per digit of each
+//    code byte); each word gives four digits at a time (CodeView::digits4) for one dp4a.
+//    Error bound per output: sum over blocks b of amax_b/254 * sum_{k in b} |W[r,k]|.
+//  - n <= 8, float types: float FMA dot products, 16-byte loads.
 //  - n > 8 (prompts): tensor cores (WMMA, fp16 inputs, fp32 accumulation) on tiles decoded from
 //    the stored blocks in shared memory; inputs rounded to fp16, relative error ~1e-3.
 #pragma once
@@ -39,8 +39,9 @@ class ActScratch {
 
 // y[t*rows + r] = sum_k W[r,k] x[t*cols + k] for t < n (x, y device memory, not overlapping).
 void matmul(Launcher& launch, const DeviceMatrix& w, const float* x, int64_t n, float* y, ActScratch& scratch);
-// The matmul paths by name, for tests that hold each to its bound: "lut" (n <= 8 quantized),
-// "fma" (n <= 8 float), "wmma".
+// The matmul paths by name, for tests that hold each to its bound and time it: "dp4a" (n <= 8
+// quantized; "dp4a:R" with R = 1, 2 or 4 rows a warp, 4 for one token only), "fma" (n <= 8
+// float), "wmma".
 void matmul_path(Launcher& launch, const char* path, const DeviceMatrix& w, const float* x, int64_t n, float* y,
                  ActScratch& scratch);
 // out[i*cols + k] = W[ids[i], k] (ids: device memory, already checked against rows).

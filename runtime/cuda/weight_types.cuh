@@ -10,7 +10,7 @@
 
 namespace bonsai::cuda {
 
-// A quantized type: blocks of kElems elements whose codes the lookup-table kernels unpack.
+// A quantized type: blocks of kElems elements whose code words the dp4a kernels unpack.
 template <typename Block>
 struct BlockType {
   using B = Block;
@@ -26,7 +26,7 @@ struct BlockType {
 template <typename T, float (*Load)(T)>
 struct FloatType {
   static constexpr bool kQuant = false;
-  static constexpr int kElems = 1;
+  static constexpr int kElems = 1, kBytes = int(sizeof(T));
   __device__ static float at(const uint8_t* row, int64_t k) { return Load(reinterpret_cast<const T*>(row)[k]); }
 };
 

@@ -2,15 +2,16 @@
 // encoded weights. Tolerances per output y[t, r] (W decoded by to_float, x the activations):
 //
 //   path   types           |cuda - ref| <=
-//   lut    quantized       sum over weight blocks b of amax_b(x)/254 * sum_{k in b} |W_rk|  +  1e-5 * S_r
+//   dp4a   quantized       sum over weight blocks b of amax_b(x)/254 * sum_{k in b} |W_rk|  +  1e-5 * S_r
 //   fma    F32/F16/BF16    1e-5 * S_r
 //   wmma   every type      2^-10 * S_r  +  1e-6            (fp16 inputs: each product within ~2^-11)
 //
-// with S_r = sum_k |W_rk x_k|. lut rounds activations to int8 per weight block (|x - xq| <=
+// with S_r = sum_k |W_rk x_k|. dp4a rounds activations to int8 per weight block (|x - xq| <=
 // amax/254); the rest is float rounding of short chains.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "formats/types.h"
 #include "runtime/cpu/matmul.h"
 #include "runtime/cuda/matmul.cuh"
+#include "runtime/cuda/ops.cuh"
 
 using namespace bonsai;
 
@@ -82,7 +84,7 @@ void check_path(TypeId type, const char* path, int64_t n) {
         }
         act += amax / 254.0 * wabs;
       }
-      const double tol = p == "lut" ? act + 1e-5 * s_abs : p == "fma" ? 1e-5 * s_abs : s_abs / 1024.0 + 1e-6;
+      const double tol = p.rfind("dp4a", 0) == 0 ? act + 1e-5 * s_abs : p == "fma" ? 1e-5 * s_abs : s_abs / 1024.0 + 1e-6;
       const double diff = std::fabs(double(got[size_t(ti * rows + r)]) - ref[size_t(ti * rows + r)]);
       if (!(diff <= tol) && bad++ < 3)
         ADD_FAILURE() << tt.name << " " << path << " n=" << n << " t=" << ti << " r=" << r << ": cuda "
@@ -96,10 +98,13 @@ const TypeId kFloat[] = {TypeId::F32, TypeId::F16, TypeId::BF16};
 
 }  // namespace
 
-TEST(CudaMatmul, LutPathMatchesReferenceForEveryQuantizedType) {
+TEST(CudaMatmul, Dp4aPathMatchesReferenceForEveryQuantizedType) {
   BONSAI_REQUIRE_CUDA();
-  for (TypeId t : kQuant)
-    for (int64_t n : {1, 3, 8}) check_path(t, "lut", n);
+  for (TypeId t : kQuant) {
+    for (int64_t n : {1, 3, 8}) check_path(t, "dp4a", n);
+    for (const char* p : {"dp4a:1", "dp4a:4"}) check_path(t, p, 1);
+    check_path(t, "dp4a:2", 5);
+  }
 }
 
 TEST(CudaMatmul, FmaPathMatchesReferenceForEveryFloatType) {
@@ -112,4 +117,57 @@ TEST(CudaMatmul, WmmaPathMatchesReferenceForEveryType) {
   BONSAI_REQUIRE_CUDA();
   for (TypeId t : kQuant) check_path(t, "wmma", 70);
   for (TypeId t : kFloat) check_path(t, "wmma", 9);
+}
+
+// Not a test: one-token decode speed of each path over a 1 GiB weight matrix, in GB/s of weight
+// bytes and as a share of the device's read bandwidth measured in the same run. The GPU check
+// (scripts/cuda_check.sh) runs it with --gtest_also_run_disabled_tests; one JSON line a case.
+TEST(CudaMatmul, DISABLED_Throughput) {
+  BONSAI_REQUIRE_CUDA();
+  const double bw = cuda::read_bandwidth_gbs(size_t(2) << 30);
+  const int64_t cols = 4096;
+  struct Case {
+    TypeId type;
+    const char* path;
+  };
+  const Case cases[] = {{TypeId::PTQ1_0, "dp4a:1"}, {TypeId::PTQ1_0, "dp4a:2"}, {TypeId::PTQ1_0, "dp4a:4"},
+                        {TypeId::PQ2_0, "dp4a:1"},  {TypeId::PQ2_0, "dp4a:2"},  {TypeId::PQ2_0, "dp4a:4"},
+                        {TypeId::TQ2_0, "dp4a:2"},  {TypeId::Q4_0, "dp4a:1"},   {TypeId::Q4_0, "dp4a:2"},
+                        {TypeId::Q8_0, "dp4a:1"},   {TypeId::Q8_0, "dp4a:2"},   {TypeId::F16, "fma"},
+                        {TypeId::BF16, "fma"}};
+  Dev dx(cols * 4), dy(size_t(1) << 28);
+  cudaMemset(dx.p, 0, cols * 4);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (const Case& c : cases) {
+    const int64_t rb = int64_t(*row_bytes(c.type, uint64_t(cols))), rows = (int64_t(1) << 30) / rb;
+    Dev dw(size_t(rows * rb));
+    ASSERT_NE(dw.p, nullptr);
+    cudaMemset(dw.p, 0x11, size_t(rows * rb));  // 0x1111: a finite fp16 scale; any codes
+    cuda::Launcher launch(s);
+    cuda::ActScratch scratch;
+    const cuda::DeviceMatrix m{c.type, static_cast<const uint8_t*>(dw.p), rows, cols, rb};
+    const auto run = [&] {
+      cuda::matmul_path(launch, c.path, m, static_cast<const float*>(dx.p), 1, static_cast<float*>(dy.p), scratch);
+    };
+    for (int i = 0; i < 3; ++i) run();
+    const int reps = 20;
+    cudaEventRecord(e0, s);
+    for (int i = 0; i < reps; ++i) run();
+    cudaEventRecord(e1, s);
+    ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    const double gbs = double(rows * rb) * reps / (ms * 1e-3) / 1e9;
+    std::printf("{\"kind\":\"matvec\",\"type\":\"%s\",\"path\":\"%s\",\"rows\":%lld,\"cols\":%lld,\"us\":%.1f,"
+                "\"gbs\":%.1f,\"read_bw_gbs\":%.1f,\"pct_of_bw\":%.1f}\n",
+                traits(c.type).name, c.path, (long long)rows, (long long)cols, ms * 1e3 / reps, gbs, bw,
+                100.0 * gbs / bw);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(s);
 }
