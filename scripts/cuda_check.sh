@@ -10,7 +10,8 @@
 #      BONSAI_LOADER   command prefix that runs those binaries (a carried ld.so, say)
 #      BONSAI_SHARED_DIR  fixtures (default ../shared); PPL_MODELS extra "name=path" pairs
 #      PPL_DEVICES="cuda cpu" (where to measure perplexity; cuda alone when the CPU figures
-#      come from another machine), SIZE=8b TYPES="ptq1_0 pq2_0 q4_0 f16" REPS=3
+#      come from another machine), SIZE=8b TYPES="ptq1_0 pq2_0 q4_0 f16" REPS=3,
+#      PROFILE_KERNELS=N (Nsight Compute times N kernels of a PROFILE_TYPE decode step; 0: off)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/bonsai-cuda}
@@ -75,6 +76,15 @@ for t in $types; do
   say "bench $size $t"
   j=$(timeout 200 $loader "$bin/bonsai" bench -m "$f" --device cuda -p 512 -n 128 -r "$reps" --json 2>>"$log")
   echo "{\"kind\":\"bench\",\"size\":\"$size\",\"type\":\"$t\",\"result\":${j:-null}}" | tee -a "$res"
+  # Where a decode step's time goes: each kernel of the second decode step, timed alone by Nsight
+  # Compute: PROFILE_KERNELS launches after PROFILE_SKIP (an 8-token prompt and one decode step).
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ "$t" = "${PROFILE_TYPE:-ptq1_0}" ] && [ -n "$ncu" ] && [ "${PROFILE_KERNELS:-0}" -gt 0 ]; then
+    say "kernel times of one $t decode step ($ncu)"
+    timeout 150 "$ncu" --clock-control none --graph-profiling node --launch-skip "${PROFILE_SKIP:-1666}" \
+      --launch-count "$PROFILE_KERNELS" --metrics gpu__time_duration.sum --csv \
+      $loader "$bin/bonsai" bench -m "$f" --device cuda -p 8 -n 2 -r 1 >"$out/ncu.csv" 2>>"$log" || say "ncu failed"
+  fi
   rm -f "$f"
 done
 say "done"

@@ -53,6 +53,7 @@ class CudaBackend final : public Backend {
   }
 
   void embed(const Tensor& table, const int32_t* ids, int64_t n, float* out) override {
+    act_key_ = {};
     if (n > ids_cap_) {
       ids_ = static_cast<int32_t*>(raw_alloc(size_t(n) * sizeof(int32_t)));
       ids_cap_ = n;
@@ -62,32 +63,52 @@ class CudaBackend final : public Backend {
     cuda::get_rows(*launch_, matrix(table), ids_, n, out);
   }
   void matmul(const Tensor& w, const float* x, int64_t n, float* y) override {
-    cuda::matmul(*launch_, matrix(w), x, n, y, *scratch_);
+    const DeviceMatrix m = matrix(w);
+    const ActKey key{x, w.type, m.cols, n};
+    cuda::matmul(*launch_, m, x, n, y, *scratch_, key == act_key_);
+    // y overwriting x would change what the quantized activations stand for.
+    const bool overlap = y < x + m.cols * n && x < y + m.rows * n;
+    act_key_ = overlap ? ActKey{} : key;
   }
   void rmsnorm(const float* x, const std::vector<float>& weight, int64_t rows, int64_t dim, float eps,
                float* y) override {
+    act_key_ = {};
     cuda::rmsnorm(*launch_, x, vec(weight), rows, dim, eps, y);
   }
   void add_bias(float* y, const std::vector<float>& bias, int64_t rows) override {
+    act_key_ = {};
     cuda::add_bias(*launch_, y, vec(bias), rows, int64_t(bias.size()));
   }
   void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos0, float base,
             bool neox) override {
+    act_key_ = {};
     cuda::rope(*launch_, x, n, n_heads, head_dim, n_rot, pos_, pos0 - step_pos_, base, neox);
   }
   void* alloc_kv(int64_t n) override { return raw_alloc(size_t(n) * sizeof(half)); }
   void store_kv(const float* src, void* cache, int64_t row0, int64_t n, int64_t dim) override {
+    act_key_ = {};
     cuda::store_kv(*launch_, src, static_cast<half*>(cache), pos_, row0 - step_pos_, n, dim);
   }
   void attention(const float* q, const void* k_cache, const void* v_cache, int64_t n, int64_t pos0, int64_t n_head,
                  int64_t n_head_kv, int64_t head_dim, float* out) override {
+    act_key_ = {};
     cuda::attention(*launch_, q, static_cast<const half*>(k_cache), static_cast<const half*>(v_cache), n, pos_,
                     pos0 - step_pos_, n_head, n_head_kv, head_dim, out);
   }
-  void copy(const float* src, float* dst, int64_t n) override { cuda::copy(*launch_, src, dst, n); }
-  void add(float* x, const float* y, int64_t n) override { cuda::add(*launch_, x, y, n); }
-  void silu_mul(float* g, const float* u, int64_t n) override { cuda::silu_mul(*launch_, g, u, n); }
+  void copy(const float* src, float* dst, int64_t n) override {
+    act_key_ = {};
+    cuda::copy(*launch_, src, dst, n);
+  }
+  void add(float* x, const float* y, int64_t n) override {
+    act_key_ = {};
+    cuda::add(*launch_, x, y, n);
+  }
+  void silu_mul(float* g, const float* u, int64_t n) override {
+    act_key_ = {};
+    cuda::silu_mul(*launch_, g, u, n);
+  }
   void hadamard(const HadamardSpec& spec, float* x, int64_t n, int64_t k, bool inverse) override {
+    act_key_ = {};
     const float* signs = nullptr;
     if (!spec.signs.empty()) {
       auto it = spec.signs.find(k);
@@ -98,6 +119,7 @@ class CudaBackend final : public Backend {
   }
 
   void begin_step(int64_t pos0, int64_t n) override {
+    act_key_ = {};
     // The step's position goes to device memory ahead of the step; its kernels read it there.
     cuda::set_pos(stream_, pos_, pos0);
     step_pos_ = pos0;
@@ -150,6 +172,15 @@ class CudaBackend final : public Backend {
     return it->second;
   }
 
+  // The input whose quantized activations the last matmul left in scratch_ (cuda::matmul):
+  // every other operation may write device memory and forgets it.
+  struct ActKey {
+    const float* x = nullptr;
+    TypeId type = TypeId::F32;
+    int64_t cols = 0, n = 0;
+    bool operator==(const ActKey&) const = default;
+  };
+
   int device_;
   std::string gpu_name_;
   cudaStream_t stream_ = nullptr;
@@ -162,6 +193,7 @@ class CudaBackend final : public Backend {
   int64_t step_pos_ = 0;
   int32_t* ids_ = nullptr;
   int64_t ids_cap_ = 0;
+  ActKey act_key_;
 };
 
 }  // namespace

@@ -18,20 +18,20 @@ void Launcher::launch_now(Launch& l) {
 }
 
 void Launcher::begin(bool record) {
-  pending_.clear();  // a step abandoned by an exception leaves nothing behind
+  n_pending_ = 0;  // a step abandoned by an exception leaves nothing behind
   recording_ = record;
 }
 
 void Launcher::end() {
   if (!recording_) return;
   recording_ = false;
-  bool same = exec_ && pending_.size() == cached_.size();
-  for (size_t i = 0; same && i < pending_.size(); ++i) same = pending_[i].same(cached_[i]);
+  bool same = exec_ && n_pending_ == cached_.size();
+  for (size_t i = 0; same && i < n_pending_; ++i) same = pending_[i].same(cached_[i]);
   if (!same) {
     cudaGraph_t graph = nullptr;
     BONSAI_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
-      for (Launch& l : pending_) launch_now(l);
+      for (size_t i = 0; i < n_pending_; ++i) launch_now(pending_[i]);
     } catch (...) {
       cudaStreamEndCapture(stream_, &graph);
       if (graph) cudaGraphDestroy(graph);
@@ -43,9 +43,10 @@ void Launcher::end() {
     const cudaError_t e = cudaGraphInstantiate(&exec_, graph, 0);
     cudaGraphDestroy(graph);
     BONSAI_CUDA_CHECK(e);
-    cached_ = std::move(pending_);
+    cached_.assign(pending_.begin(), pending_.begin() + std::ptrdiff_t(n_pending_));
+    ++captures_;
   }
-  pending_.clear();
+  n_pending_ = 0;
   BONSAI_CUDA_CHECK(cudaGraphLaunch(exec_, stream_));
 }
 

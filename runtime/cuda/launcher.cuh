@@ -38,20 +38,27 @@ class Launcher {
       BONSAI_CUDA_CHECK(cudaGetLastError());
       return;
     }
-    Launch l{reinterpret_cast<const void*>(k), grid, block, smem, {}, {}};
+    // The records are reused from step to step, so that recording allocates nothing once warm.
+    if (n_pending_ == pending_.size()) pending_.emplace_back();
+    Launch& l = pending_[n_pending_++];
+    l.func = reinterpret_cast<const void*>(k);
+    l.grid = grid, l.block = block, l.smem = smem;
+    l.bytes.clear();
+    l.offsets.clear();
     std::apply([&](auto&... x) { (l.pack(x), ...); }, args);
-    pending_.push_back(std::move(l));
   }
 
   // Between begin(true) and end(), launches are recorded and replayed as a graph.
   void begin(bool record);
   void end();
+  // Graphs captured so far: one per change of the recorded step (a decode keeps one).
+  int captures() const { return captures_; }
 
  private:
   struct Launch {
-    const void* func;
+    const void* func = nullptr;
     dim3 grid, block;
-    size_t smem;
+    size_t smem = 0;
     std::vector<unsigned char> bytes;  // arguments, each at its alignment
     std::vector<size_t> offsets;
     template <typename T>
@@ -68,8 +75,10 @@ class Launcher {
 
   cudaStream_t stream_;
   bool recording_ = false;
-  std::vector<Launch> pending_, cached_;
+  std::vector<Launch> pending_, cached_;  // pending_: the first n_pending_ are this step's
+  size_t n_pending_ = 0;
   cudaGraphExec_t exec_ = nullptr;
+  int captures_ = 0;
 };
 
 }  // namespace bonsai::cuda

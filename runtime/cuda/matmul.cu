@@ -2,6 +2,7 @@
 
 #include <mma.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -160,6 +161,79 @@ __global__ void matvec_dp4a(const uint8_t* w, int64_t row_bytes, int rows, int n
     }
 }
 
+// One token, one lane a block: a block of 4 warps first copies the token's activations into shared
+// memory; each warp then walks its R rows 32 blocks at a time, copying the rows' bytes into shared
+// memory with the widest loads the row alignment allows (16 bytes where rows are 16-byte aligned),
+// and each lane multiplies one block of each row. Activations are read once for R rows.
+constexpr int kBlkWarps = 4;
+
+template <typename W, int R>
+__global__ void matvec_block(const uint8_t* w, int64_t row_bytes, int rows, int nb, const int* xq, const float* dx,
+                             const int* asum, float* y) {
+  using V = typename W::View;
+  using B = typename W::B;
+  using S = ActShape<W>;
+  constexpr int kChunk = 32 * int(sizeof(B));  // a multiple of 64: blocks are 2-byte aligned
+  __shared__ __align__(16) uint8_t stage[kBlkWarps][R][kChunk];
+  extern __shared__ int4 act_smem[];
+  int* act = reinterpret_cast<int*>(act_smem);
+  {
+    const int n = nb * S::kBlockInts, n4 = n / 4;
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) act_smem[i] = reinterpret_cast<const int4*>(xq)[i];
+    for (int i = 4 * n4 + threadIdx.x; i < n; i += blockDim.x) act[i] = xq[i];
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r0 = (blockIdx.x * kBlkWarps + warp) * R;
+  if (r0 >= rows) return;
+  const int g = row_bytes % 16 == 0 ? 16 : row_bytes % 4 == 0 ? 4 : 2;
+  float acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int b0 = 0; b0 < nb; b0 += 32) {
+    const int nblk = min(32, nb - b0), bytes = nblk * int(sizeof(B));
+    const int wide_end = bytes / g * g;
+    __syncwarp();
+    for (int r = 0; r < R; ++r) {
+      if (r0 + r >= rows) break;
+      const uint8_t* src = w + int64_t(r0 + r) * row_bytes + int64_t(b0) * int64_t(sizeof(B));
+      uint8_t* dst = stage[warp][r];
+      if (g == 16) {
+        for (int i = lane * 16; i < wide_end; i += 32 * 16)
+          *reinterpret_cast<uint4*>(dst + i) = *reinterpret_cast<const uint4*>(src + i);
+      } else if (g == 4) {
+        for (int i = lane * 4; i < wide_end; i += 32 * 4)
+          *reinterpret_cast<uint32_t*>(dst + i) = *reinterpret_cast<const uint32_t*>(src + i);
+      }
+      for (int i = (g == 2 ? 0 : wide_end) + lane * 2; i < bytes; i += 32 * 2)
+        *reinterpret_cast<uint16_t*>(dst + i) = *reinterpret_cast<const uint16_t*>(src + i);
+    }
+    __syncwarp();
+    if (lane >= nblk) continue;
+    const int b = b0 + lane;
+    const int* a = act + b * S::kBlockInts;
+    int s[R];
+    for (int r = 0; r < R; ++r) s[r] = 0;
+#pragma unroll
+    for (int wd = 0; wd < S::kWords; ++wd) {
+      int av[S::kSlots];
+      for (int i = 0; i < S::kSlots; ++i) av[i] = a[wd * S::kSlots + i];
+      for (int r = 0; r < R; ++r) {
+        const B& blk = reinterpret_cast<const B*>(stage[warp][r])[lane];
+        const uint32_t q = code_word<W>(blk, wd);
+        for (int n = 0; n < V::kDigits; ++n) s[r] = __dp4a(int(V::digits4(q, n)), av[n], s[r]);
+      }
+    }
+    const float db = dx[b];
+    const int corr = V::kOff * asum[b];
+    for (int r = 0; r < R; ++r)
+      acc[r] += float(V::kMul * s[r] + corr) * (V::scale(reinterpret_cast<const B*>(stage[warp][r])[lane]) * db);
+  }
+  for (int r = 0; r < R; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0 && r0 + r < rows) y[r0 + r] = v;
+  }
+}
+
 // ---- n <= 8, float weights ----
 
 // One warp a row. Rows whose bytes keep 16-byte alignment are read 16 bytes a lane at a time
@@ -265,10 +339,28 @@ void launch_dp4a(Launcher& launch, const DeviceMatrix& m, int nb, const int* xq,
   launch(matvec_dp4a<W, NT, R>, grid, dim3(128), 0, m.data, m.row_bytes, int(m.rows), nb, xq, dx, asum, int(n), y);
 }
 
-// rows_per_warp 0: the default for n (2 for one token, whose activations then serve two rows).
+// Shared memory of matvec_block: the token's activations and R rows of 32 blocks for each warp.
+template <typename W>
+bool block_path_fits(int64_t cols, int rows_per_warp) {
+  const size_t nb = size_t(cols / W::View::kElems);
+  return nb * ActShape<W>::kBlockInts * sizeof(int) +
+             size_t(kBlkWarps) * size_t(std::max(rows_per_warp, 1)) * 32 * sizeof(typename W::B) <=
+         48 * 1024;
+}
+
+template <typename W, int R>
+void launch_block(Launcher& launch, const DeviceMatrix& m, int nb, const int* xq, const float* dx, const int* asum,
+                  float* y) {
+  const dim3 grid(unsigned(blocks_for(m.rows, kBlkWarps * R)));
+  const size_t act_bytes = size_t(nb) * ActShape<W>::kBlockInts * sizeof(int);
+  launch(matvec_block<W, R>, grid, dim3(32 * kBlkWarps), act_bytes, m.data, m.row_bytes, int(m.rows), nb, xq, dx, asum,
+         y);
+}
+
+// kernel "dp4a" (rows_per_warp 0: 2 for one token, 1 for more) or "blk" (one token).
 template <typename W>
 void run_dp4a(Launcher& launch, const DeviceMatrix& m, const float* x, int64_t n, float* y, ActScratch& scratch,
-              int rows_per_warp) {
+              const std::string& kernel, int rows_per_warp, bool reuse_act) {
   using V = typename W::View;
   using S = ActShape<W>;
   if (m.cols % V::kElems != 0) throw Error(cat("CUDA matmul: ", m.cols, " columns are not whole blocks"));
@@ -278,7 +370,17 @@ void run_dp4a(Launcher& launch, const DeviceMatrix& m, const float* x, int64_t n
   auto* xq = reinterpret_cast<int*>(base);
   auto* dx = reinterpret_cast<float*>(base + q_bytes);
   auto* asum = reinterpret_cast<int*>(base + q_bytes + s_bytes);
-  launch(quantize_act<W>, dim3(unsigned(nb), unsigned(n)), dim3(128), 0, x, m.cols, nb, xq, dx, asum);
+  if (!reuse_act) launch(quantize_act<W>, dim3(unsigned(nb), unsigned(n)), dim3(128), 0, x, m.cols, nb, xq, dx, asum);
+  if (kernel == "blk") {
+    if (n != 1) throw Error(cat("CUDA matmul path 'blk' takes one token, not ", n));
+    if (!block_path_fits<W>(m.cols, rows_per_warp))
+      throw Error(cat("CUDA matmul path 'blk:", rows_per_warp, "': ", m.cols, " columns of ", traits(m.type).name,
+                      " need more than the 48 KiB of shared memory it may take"));
+    if (rows_per_warp == 1) return launch_block<W, 1>(launch, m, nb, xq, dx, asum, y);
+    if (rows_per_warp == 2) return launch_block<W, 2>(launch, m, nb, xq, dx, asum, y);
+    if (rows_per_warp == 4) return launch_block<W, 4>(launch, m, nb, xq, dx, asum, y);
+    throw Error(cat("CUDA matmul: no blk kernel for ", rows_per_warp, " rows a warp"));
+  }
   const int rpw = rows_per_warp > 0 ? rows_per_warp : n == 1 ? 2 : 1;
   if (n == 1 && rpw == 1) return launch_dp4a<W, 1, 1>(launch, m, nb, xq, dx, asum, n, y);
   if (n == 1 && rpw == 2) return launch_dp4a<W, 1, 2>(launch, m, nb, xq, dx, asum, n, y);
@@ -311,7 +413,7 @@ void check_shape(const DeviceMatrix& m, int64_t n) {
 }  // namespace
 
 void matmul_path(Launcher& launch, const char* path, const DeviceMatrix& m, const float* x, int64_t n, float* y,
-                 ActScratch& scratch) {
+                 ActScratch& scratch, bool reuse_act) {
   check_shape(m, n);
   const std::string p = path;
   with_weight_type(m.type, [&](auto tag) {
@@ -319,9 +421,11 @@ void matmul_path(Launcher& launch, const char* path, const DeviceMatrix& m, cons
     if (p == "wmma") return run_wmma<W>(launch, m, x, n, y);
     if (n > kMaxVecTokens) throw Error(cat("CUDA matmul path '", p, "' takes at most ", kMaxVecTokens, " tokens"));
     if constexpr (W::kQuant) {
-      if (p == "dp4a") return run_dp4a<W>(launch, m, x, n, y, scratch, 0);
-      if (p.size() == 6 && p.rfind("dp4a:", 0) == 0 && p[5] >= '1' && p[5] <= '4')
-        return run_dp4a<W>(launch, m, x, n, y, scratch, p[5] - '0');
+      // "dp4a", "dp4a:R" or "blk:R" (R rows a warp).
+      const std::string kernel = p.substr(0, p.find(':'));
+      const int rpw = p.size() == kernel.size() + 2 && p[kernel.size()] == ':' ? p.back() - '0' : 0;
+      if ((kernel == "dp4a" && (p == kernel || rpw >= 1)) || (kernel == "blk" && rpw >= 1))
+        return run_dp4a<W>(launch, m, x, n, y, scratch, kernel, rpw, reuse_act);
     } else {
       if (p == "fma") return run_fma<W>(launch, m, x, n, y);
     }
@@ -329,9 +433,18 @@ void matmul_path(Launcher& launch, const char* path, const DeviceMatrix& m, cons
   });
 }
 
-void matmul(Launcher& launch, const DeviceMatrix& m, const float* x, int64_t n, float* y, ActScratch& scratch) {
-  const bool quant = traits(m.type).block_elems > 1;
-  matmul_path(launch, n > kMaxVecTokens ? "wmma" : quant ? "dp4a" : "fma", m, x, n, y, scratch);
+void matmul(Launcher& launch, const DeviceMatrix& m, const float* x, int64_t n, float* y, ActScratch& scratch,
+            bool reuse_act) {
+  const char* path = "fma";
+  if (n > kMaxVecTokens) {
+    path = "wmma";
+  } else {
+    with_weight_type(m.type, [&](auto tag) {
+      using W = decltype(tag);
+      if constexpr (W::kQuant) path = n == 1 && block_path_fits<W>(m.cols, 2) ? "blk:2" : "dp4a";
+    });
+  }
+  matmul_path(launch, path, m, x, n, y, scratch, reuse_act);
 }
 
 void get_rows(Launcher& launch, const DeviceMatrix& m, const int32_t* ids, int64_t n, float* out) {

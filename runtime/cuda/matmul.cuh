@@ -4,7 +4,9 @@
 // Paths (chosen by the token count n):
 //  - n <= 8, quantized types: activations quantized to int8 once per call, one scale per weight
 //    block (amax/127), laid out like the block's 32-bit code words (one int8 per digit of each
-//    code byte); each word gives four digits at a time (CodeView::digits4) for one dp4a.
+//    code byte); each word gives four digits at a time (CodeView::digits4) for one dp4a. One
+//    token ("blk:2"): one lane a block, rows staged in shared memory by wide loads, two rows a
+//    warp; more tokens, or activations too wide for shared memory ("dp4a"): lanes walk words.
 //    Error bound per output: sum over blocks b of amax_b/254 * sum_{k in b} |W[r,k]|.
 //  - n <= 8, float types: float FMA dot products, 16-byte loads.
 //  - n > 8 (prompts): tensor cores (WMMA, fp16 inputs, fp32 accumulation) on tiles decoded from
@@ -38,12 +40,15 @@ class ActScratch {
 };
 
 // y[t*rows + r] = sum_k W[r,k] x[t*cols + k] for t < n (x, y device memory, not overlapping).
-void matmul(Launcher& launch, const DeviceMatrix& w, const float* x, int64_t n, float* y, ActScratch& scratch);
+// reuse_act: x is the input of the previous call, unchanged, and w has that call's type and
+// columns: its quantized activations, still in scratch, are used again (q/k/v, gate/up).
+void matmul(Launcher& launch, const DeviceMatrix& w, const float* x, int64_t n, float* y, ActScratch& scratch,
+            bool reuse_act = false);
 // The matmul paths by name, for tests that hold each to its bound and time it: "dp4a" (n <= 8
-// quantized; "dp4a:R" with R = 1, 2 or 4 rows a warp, 4 for one token only), "fma" (n <= 8
-// float), "wmma".
+// quantized; "dp4a:R" with R = 1, 2 or 4 rows a warp, 4 for one token only; "blk:R", one
+// token, one lane a block, R = 1, 2 or 4), "fma" (n <= 8 float), "wmma".
 void matmul_path(Launcher& launch, const char* path, const DeviceMatrix& w, const float* x, int64_t n, float* y,
-                 ActScratch& scratch);
+                 ActScratch& scratch, bool reuse_act = false);
 // out[i*cols + k] = W[ids[i], k] (ids: device memory, already checked against rows).
 void get_rows(Launcher& launch, const DeviceMatrix& w, const int32_t* ids, int64_t n, float* out);
 

@@ -10,6 +10,8 @@
 
 #include "cuda_support.h"
 #include "runtime/backend.h"
+#include "runtime/cuda/launcher.cuh"
+#include "runtime/cuda/ops.cuh"
 #include "runtime/model.h"
 #include "runtime/transformer.h"
 #include "support.h"
@@ -79,7 +81,11 @@ TEST(CudaBackend, ElementwiseOpsMatchCpu) {
               b.silu_mul(y, x, rows * dim);
             }), 1e-5);
   for (bool neox : {false, true})
-    EXPECT_LT(compare(in, in.size(), [&](Backend& b, float* x, float*) { b.rope(x, rows, 3, 128, 96, 7, 1e6f, neox); }),
+    EXPECT_LT(compare(in, in.size(),
+                      [&](Backend& b, float* x, float* y) {
+                        b.copy(x, y, rows * dim);  // in place: compare reads y
+                        b.rope(y, rows, 3, 128, 96, 7, 1e6f, neox);
+                      }),
               1e-5);
 }
 
@@ -89,13 +95,19 @@ TEST(CudaBackend, HadamardMatchesCpu) {
   HadamardSpec spec;
   spec.block = 128;
   const auto in = random_vec(size_t(rows * k), 3);
-  EXPECT_LT(compare(in, in.size(), [&](Backend& b, float* x, float*) { b.hadamard(spec, x, rows, k, false); }), 1e-5);
+  // In place: each op copies x to y, which compare reads.
+  const auto had = [&](bool inverse) {
+    return compare(in, in.size(), [&](Backend& b, float* x, float* y) {
+      b.copy(x, y, rows * k);
+      b.hadamard(spec, y, rows, k, inverse);
+    });
+  };
+  EXPECT_LT(had(false), 1e-5);
   std::vector<float> s(static_cast<size_t>(k));
   std::mt19937 rng(4);
   for (auto& v : s) v = (rng() & 1) ? 1.0f : -1.0f;
   spec.signs[k] = s;
-  for (bool inv : {false, true})
-    EXPECT_LT(compare(in, in.size(), [&](Backend& b, float* x, float*) { b.hadamard(spec, x, rows, k, inv); }), 1e-5);
+  for (bool inv : {false, true}) EXPECT_LT(had(inv), 1e-5);
 }
 
 TEST(CudaBackend, AttentionOverTheCacheMatchesCpu) {
@@ -146,4 +158,37 @@ TEST(CudaSession, DecodeStepsMatchCpu) {
     sc.eval(&best, 1, 0, lc.data());
     sg.eval(&best, 1, 0, lg.data());
   }
+}
+
+// A recorded step that repeats is replayed from one captured graph; a changed step is captured anew.
+TEST(CudaLauncher, ReplaysOneGraphWhileTheStepRepeats) {
+  BONSAI_REQUIRE_CUDA();
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  float *a = nullptr, *b = nullptr;
+  ASSERT_EQ(cudaMalloc(&a, 1024 * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&b, 1024 * sizeof(float)), cudaSuccess);
+  std::vector<float> host(1024, 1.0f), out(1024);
+  cudaMemcpy(a, host.data(), 1024 * sizeof(float), cudaMemcpyHostToDevice);
+  cudaMemset(b, 0, 1024 * sizeof(float));
+  {
+    cuda::Launcher l(s);
+    for (int i = 0; i < 3; ++i) {
+      l.begin(true);
+      cuda::add(l, b, a, 1024);
+      l.end();
+    }
+    EXPECT_EQ(l.captures(), 1);
+    l.begin(true);
+    cuda::add(l, b, a, 512);
+    l.end();
+    EXPECT_EQ(l.captures(), 2);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  }
+  cudaMemcpy(out.data(), b, 1024 * sizeof(float), cudaMemcpyDeviceToHost);
+  EXPECT_EQ(out[0], 4.0f);     // three replays and the changed step
+  EXPECT_EQ(out[1000], 3.0f);  // three replays
+  cudaFree(a);
+  cudaFree(b);
+  cudaStreamDestroy(s);
 }

@@ -102,7 +102,7 @@ TEST(CudaMatmul, Dp4aPathMatchesReferenceForEveryQuantizedType) {
   BONSAI_REQUIRE_CUDA();
   for (TypeId t : kQuant) {
     for (int64_t n : {1, 3, 8}) check_path(t, "dp4a", n);
-    for (const char* p : {"dp4a:1", "dp4a:4"}) check_path(t, p, 1);
+    for (const char* p : {"dp4a:1", "dp4a:4", "blk:1", "blk:2", "blk:4"}) check_path(t, p, 1);
     check_path(t, "dp4a:2", 5);
   }
 }
@@ -130,11 +130,12 @@ TEST(CudaMatmul, DISABLED_Throughput) {
     TypeId type;
     const char* path;
   };
-  const Case cases[] = {{TypeId::PTQ1_0, "dp4a:1"}, {TypeId::PTQ1_0, "dp4a:2"}, {TypeId::PTQ1_0, "dp4a:4"},
-                        {TypeId::PQ2_0, "dp4a:1"},  {TypeId::PQ2_0, "dp4a:2"},  {TypeId::PQ2_0, "dp4a:4"},
-                        {TypeId::TQ2_0, "dp4a:2"},  {TypeId::Q4_0, "dp4a:1"},   {TypeId::Q4_0, "dp4a:2"},
-                        {TypeId::Q8_0, "dp4a:1"},   {TypeId::Q8_0, "dp4a:2"},   {TypeId::F16, "fma"},
-                        {TypeId::BF16, "fma"}};
+  const Case cases[] = {{TypeId::PTQ1_0, "dp4a:2"}, {TypeId::PTQ1_0, "blk:1"}, {TypeId::PTQ1_0, "blk:2"},
+                        {TypeId::PTQ1_0, "blk:4"},  {TypeId::PQ2_0, "dp4a:2"},  {TypeId::PQ2_0, "blk:1"},
+                        {TypeId::PQ2_0, "blk:2"},   {TypeId::PQ2_0, "blk:4"},   {TypeId::TQ2_0, "blk:2"},
+                        {TypeId::Q4_0, "dp4a:2"},   {TypeId::Q4_0, "blk:2"},    {TypeId::Q4_0, "blk:4"},
+                        {TypeId::Q8_0, "dp4a:2"},   {TypeId::Q8_0, "blk:2"},    {TypeId::Q8_0, "blk:4"},
+                        {TypeId::F16, "fma"}};
   Dev dx(cols * 4), dy(size_t(1) << 28);
   cudaMemset(dx.p, 0, cols * 4);
   cudaStream_t s;
