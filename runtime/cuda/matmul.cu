@@ -166,6 +166,8 @@ __global__ void matvec_dp4a(const uint8_t* w, int64_t row_bytes, int rows, int n
 // memory with the widest loads the row alignment allows (16 bytes where rows are 16-byte aligned),
 // and each lane multiplies one block of each row. Activations are read once for R rows.
 constexpr int kBlkWarps = 4;
+template <typename W>
+constexpr int kActStride = ActShape<W>::kBlockInts | 1;
 
 template <typename W, int R>
 __global__ void matvec_block(const uint8_t* w, int64_t row_bytes, int rows, int nb, const int* xq, const float* dx,
@@ -175,13 +177,11 @@ __global__ void matvec_block(const uint8_t* w, int64_t row_bytes, int rows, int 
   using S = ActShape<W>;
   constexpr int kChunk = 32 * int(sizeof(B));  // a multiple of 64: blocks are 2-byte aligned
   __shared__ __align__(16) uint8_t stage[kBlkWarps][R][kChunk];
-  extern __shared__ int4 act_smem[];
-  int* act = reinterpret_cast<int*>(act_smem);
-  {
-    const int n = nb * S::kBlockInts, n4 = n / 4;
-    for (int i = threadIdx.x; i < n4; i += blockDim.x) act_smem[i] = reinterpret_cast<const int4*>(xq)[i];
-    for (int i = 4 * n4 + threadIdx.x; i < n; i += blockDim.x) act[i] = xq[i];
-  }
+  // Activations in shared memory, kActStride ints a block: an odd stride puts the 32 lanes' blocks
+  // in 32 different banks.
+  extern __shared__ int act[];
+  for (int i = threadIdx.x; i < nb * S::kBlockInts; i += blockDim.x)
+    act[i / S::kBlockInts * kActStride<W> + i % S::kBlockInts] = xq[i];
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r0 = (blockIdx.x * kBlkWarps + warp) * R;
@@ -210,7 +210,7 @@ __global__ void matvec_block(const uint8_t* w, int64_t row_bytes, int rows, int 
     __syncwarp();
     if (lane >= nblk) continue;
     const int b = b0 + lane;
-    const int* a = act + b * S::kBlockInts;
+    const int* a = act + b * kActStride<W>;
     int s[R];
     for (int r = 0; r < R; ++r) s[r] = 0;
 #pragma unroll
@@ -343,7 +343,7 @@ void launch_dp4a(Launcher& launch, const DeviceMatrix& m, int nb, const int* xq,
 template <typename W>
 bool block_path_fits(int64_t cols, int rows_per_warp) {
   const size_t nb = size_t(cols / W::View::kElems);
-  return nb * ActShape<W>::kBlockInts * sizeof(int) +
+  return nb * kActStride<W> * sizeof(int) +
              size_t(kBlkWarps) * size_t(std::max(rows_per_warp, 1)) * 32 * sizeof(typename W::B) <=
          48 * 1024;
 }
@@ -352,7 +352,7 @@ template <typename W, int R>
 void launch_block(Launcher& launch, const DeviceMatrix& m, int nb, const int* xq, const float* dx, const int* asum,
                   float* y) {
   const dim3 grid(unsigned(blocks_for(m.rows, kBlkWarps * R)));
-  const size_t act_bytes = size_t(nb) * ActShape<W>::kBlockInts * sizeof(int);
+  const size_t act_bytes = size_t(nb) * kActStride<W> * sizeof(int);
   launch(matvec_block<W, R>, grid, dim3(32 * kBlkWarps), act_bytes, m.data, m.row_bytes, int(m.rows), nb, xq, dx, asum,
          y);
 }
@@ -441,7 +441,10 @@ void matmul(Launcher& launch, const DeviceMatrix& m, const float* x, int64_t n, 
   } else {
     with_weight_type(m.type, [&](auto tag) {
       using W = decltype(tag);
-      if constexpr (W::kQuant) path = n == 1 && block_path_fits<W>(m.cols, 2) ? "blk:2" : "dp4a";
+      // Four rows a warp read the activations least often; tall matrices have rows enough to keep
+      // every multiprocessor busy with 16 rows a block (H200: 132 of them).
+      const char* blk = m.rows >= 4096 ? "blk:4" : "blk:2";
+      if constexpr (W::kQuant) path = n == 1 && block_path_fits<W>(m.cols, blk[4] - '0') ? blk : "dp4a";
     });
   }
   matmul_path(launch, path, m, x, n, y, scratch, reuse_act);

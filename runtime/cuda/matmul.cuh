@@ -5,8 +5,9 @@
 //  - n <= 8, quantized types: activations quantized to int8 once per call, one scale per weight
 //    block (amax/127), laid out like the block's 32-bit code words (one int8 per digit of each
 //    code byte); each word gives four digits at a time (CodeView::digits4) for one dp4a. One
-//    token ("blk:2"): one lane a block, rows staged in shared memory by wide loads, two rows a
-//    warp; more tokens, or activations too wide for shared memory ("dp4a"): lanes walk words.
+//    token ("blk:R"): one lane a block, rows staged in shared memory by wide loads, R rows a
+//    warp (4 for 4096 rows or more, else 2); more tokens, or activations too wide for shared
+//    memory ("dp4a"): lanes walk words.
 //    Error bound per output: sum over blocks b of amax_b/254 * sum_{k in b} |W[r,k]|.
 //  - n <= 8, float types: float FMA dot products, 16-byte loads.
 //  - n > 8 (prompts): tensor cores (WMMA, fp16 inputs, fp32 accumulation) on tiles decoded from

@@ -13,13 +13,14 @@ unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads -
 
 __global__ void set_pos_kernel(int* pos, int value) { *pos = value; }
 
-// One block a row; the sum of squares in double, as the CPU's rmsnorm.
+// One block a row (up to 1024 threads: a decode step normalizes one long row); the sum of
+// squares in double, as the CPU's rmsnorm.
 __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t dim, float eps, float* y) {
   const float* xr = x + int64_t(blockIdx.x) * dim;
   float* yr = y + int64_t(blockIdx.x) * dim;
   double ss = 0.0;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += double(xr[i]) * xr[i];
-  __shared__ double part[kThreads / 32];
+  __shared__ double part[32];
   for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
   __syncthreads();
@@ -171,7 +172,8 @@ void set_pos(cudaStream_t s, int* pos, int64_t value) {
 }
 
 void rmsnorm(Launcher& l, const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) {
-  l(rmsnorm_kernel, dim3(unsigned(rows)), dim3(kThreads), 0, x, w, dim, eps, y);
+  const unsigned threads = unsigned(std::clamp<int64_t>((dim / 4 + 31) / 32 * 32, 32, 1024));
+  l(rmsnorm_kernel, dim3(unsigned(rows)), dim3(threads), 0, x, w, dim, eps, y);
 }
 void add_bias(Launcher& l, float* y, const float* bias, int64_t rows, int64_t dim) {
   l(add_bias_kernel, dim3(grid_for(rows * dim)), dim3(kThreads), 0, y, bias, rows, dim);
