@@ -49,7 +49,7 @@ BONSAI_SHARED_DIR=$shared timeout 180 $loader "$tests" --gtest_output=json:"$out
 # One-token matvec speed of each path on 1 GiB of weights, against the read bandwidth.
 say "matvec throughput"
 timeout 120 $loader "$tests" --gtest_also_run_disabled_tests --gtest_filter='CudaMatmul.DISABLED_Throughput' 2>&1 |
-  tee -a "$log" | grep '^{"kind":"matvec"' | tee -a "$res"
+  tee -a "$log" | grep '^{"kind":"matvec' | tee -a "$res"
 
 # Perplexity: the same file on the CPU and on CUDA (ctx 512, the whole held-out text).
 text=$shared/corpora/zh/eval-debian-handbook-zh-CN.txt

@@ -6,6 +6,8 @@
 
 #include <map>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -65,7 +67,7 @@ class CudaBackend final : public Backend {
   void matmul(const Tensor& w, const float* x, int64_t n, float* y) override {
     const DeviceMatrix m = matrix(w);
     const ActKey key{x, w.type, m.cols, n};
-    cuda::matmul(*launch_, m, x, n, y, *scratch_, key == act_key_);
+    cuda::matmul(*launch_, m, x, n, y, *scratch_, key == act_key_, n == 1 ? one_token_path(m) : std::string());
     // y overwriting x would change what the quantized activations stand for.
     const bool overlap = y < x + m.cols * n && x < y + m.rows * n;
     act_key_ = overlap ? ActKey{} : key;
@@ -162,6 +164,13 @@ class CudaBackend final : public Backend {
     if (!rb || t.ne.size() < 2) throw Error(cat("tensor '", t.name, "' ", t.shape_str(), " is not a matrix of ", traits(t.type).name));
     return DeviceMatrix{t.type, it->second, t.rows(), cols, int64_t(*rb)};
   }
+  // The one-token kernel of each matrix shape, timed once (cuda::fastest_one_token_path).
+  const std::string& one_token_path(const DeviceMatrix& m) {
+    const auto key = std::make_tuple(m.type, m.rows, m.cols);
+    auto it = one_token_paths_.find(key);
+    if (it == one_token_paths_.end()) it = one_token_paths_.emplace(key, cuda::fastest_one_token_path(stream_, m)).first;
+    return it->second;
+  }
   const float* vec(const std::vector<float>& v) {
     const auto key = std::make_pair(static_cast<const void*>(v.data()), v.size());
     auto it = vectors_.find(key);
@@ -189,6 +198,7 @@ class CudaBackend final : public Backend {
   std::vector<void*> allocations_;
   std::map<const uint8_t*, const uint8_t*> uploaded_;
   std::map<std::pair<const void*, size_t>, const float*> vectors_;
+  std::map<std::tuple<TypeId, int64_t, int64_t>, std::string> one_token_paths_;
   int* pos_ = nullptr;
   int64_t step_pos_ = 0;
   int32_t* ids_ = nullptr;

@@ -166,8 +166,11 @@ __global__ void matvec_dp4a(const uint8_t* w, int64_t row_bytes, int rows, int n
 // memory with the widest loads the row alignment allows (16 bytes where rows are 16-byte aligned),
 // and each lane multiplies one block of each row. Activations are read once for R rows.
 constexpr int kBlkWarps = 4;
+// Ints a block of activations takes in matvec_block's shared memory. Strides that are multiples
+// of 4 would put 8 to 32 of the lanes' blocks in one bank: they get one int more. PTQ1_0's and
+// TQ1_0's (42, 78) cost two-way conflicts but keep the word's slots 8-byte aligned for int2 loads.
 template <typename W>
-constexpr int kActStride = ActShape<W>::kBlockInts | 1;
+constexpr int kActStride = ActShape<W>::kBlockInts % 4 == 0 ? ActShape<W>::kBlockInts + 1 : ActShape<W>::kBlockInts;
 
 template <typename W, int R>
 __global__ void matvec_block(const uint8_t* w, int64_t row_bytes, int rows, int nb, const int* xq, const float* dx,
@@ -177,9 +180,9 @@ __global__ void matvec_block(const uint8_t* w, int64_t row_bytes, int rows, int 
   using S = ActShape<W>;
   constexpr int kChunk = 32 * int(sizeof(B));  // a multiple of 64: blocks are 2-byte aligned
   __shared__ __align__(16) uint8_t stage[kBlkWarps][R][kChunk];
-  // Activations in shared memory, kActStride ints a block: an odd stride puts the 32 lanes' blocks
-  // in 32 different banks.
-  extern __shared__ int act[];
+  // Activations in shared memory, kActStride ints a block.
+  extern __shared__ int2 act_smem[];
+  int* act = reinterpret_cast<int*>(act_smem);
   for (int i = threadIdx.x; i < nb * S::kBlockInts; i += blockDim.x)
     act[i / S::kBlockInts * kActStride<W> + i % S::kBlockInts] = xq[i];
   __syncthreads();
@@ -216,7 +219,11 @@ __global__ void matvec_block(const uint8_t* w, int64_t row_bytes, int rows, int 
 #pragma unroll
     for (int wd = 0; wd < S::kWords; ++wd) {
       int av[S::kSlots];
-      for (int i = 0; i < S::kSlots; ++i) av[i] = a[wd * S::kSlots + i];
+      if constexpr (kActStride<W> % 2 == 0) {
+        load_ints(a + wd * S::kSlots, av);
+      } else {
+        for (int i = 0; i < S::kSlots; ++i) av[i] = a[wd * S::kSlots + i];
+      }
       for (int r = 0; r < R; ++r) {
         const B& blk = reinterpret_cast<const B*>(stage[warp][r])[lane];
         const uint32_t q = code_word<W>(blk, wd);
@@ -434,20 +441,62 @@ void matmul_path(Launcher& launch, const char* path, const DeviceMatrix& m, cons
 }
 
 void matmul(Launcher& launch, const DeviceMatrix& m, const float* x, int64_t n, float* y, ActScratch& scratch,
-            bool reuse_act) {
-  const char* path = "fma";
-  if (n > kMaxVecTokens) {
-    path = "wmma";
-  } else {
-    with_weight_type(m.type, [&](auto tag) {
-      using W = decltype(tag);
-      // Four rows a warp read the activations least often; tall matrices have rows enough to keep
-      // every multiprocessor busy with 16 rows a block (H200: 132 of them).
-      const char* blk = m.rows >= 4096 ? "blk:4" : "blk:2";
-      if constexpr (W::kQuant) path = n == 1 && block_path_fits<W>(m.cols, blk[4] - '0') ? blk : "dp4a";
-    });
+            bool reuse_act, const std::string& one_token_path) {
+  const bool quant = traits(m.type).block_elems > 1;
+  const std::string path = n > kMaxVecTokens ? "wmma"
+                           : !quant          ? "fma"
+                           : n == 1 && !one_token_path.empty() ? one_token_path
+                                                               : "dp4a";
+  matmul_path(launch, path.c_str(), m, x, n, y, scratch, reuse_act);
+}
+
+std::string fastest_one_token_path(cudaStream_t stream, const DeviceMatrix& m) {
+  if (traits(m.type).block_elems == 1) return "fma";
+  // Zero activations (the kernels' speed does not depend on values), private buffers: a step
+  // being recorded on the same stream refers to the backend's own.
+  float *x = nullptr, *y = nullptr;
+  void* flush = nullptr;
+  const size_t flush_bytes = size_t(256) << 20;  // several times the L2 cache
+  BONSAI_CUDA_CHECK(cudaMalloc(&x, size_t(m.cols) * sizeof(float)));
+  BONSAI_CUDA_CHECK(cudaMalloc(&y, size_t(m.rows) * sizeof(float)));
+  BONSAI_CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
+  BONSAI_CUDA_CHECK(cudaMemsetAsync(x, 0, size_t(m.cols) * sizeof(float), stream));
+  cudaEvent_t e0, e1;
+  BONSAI_CUDA_CHECK(cudaEventCreate(&e0));
+  BONSAI_CUDA_CHECK(cudaEventCreate(&e1));
+  std::string best;
+  float best_ms = 0;
+  {
+    Launcher launch(stream);
+    ActScratch scratch;
+    for (const char* p : {"dp4a:1", "dp4a:2", "blk:1", "blk:2", "blk:4"}) {
+      float ms = 1e30f;
+      try {
+        matmul_path(launch, p, m, x, 1, y, scratch);  // warm-up; throws where the path does not fit
+        for (int rep = 0; rep < 3; ++rep) {
+          // In a decode, a weight comes from memory, not from the L2 cache: a write evicts it.
+          BONSAI_CUDA_CHECK(cudaMemsetAsync(flush, rep, flush_bytes, stream));
+          BONSAI_CUDA_CHECK(cudaEventRecord(e0, stream));
+          matmul_path(launch, p, m, x, 1, y, scratch);
+          BONSAI_CUDA_CHECK(cudaEventRecord(e1, stream));
+          BONSAI_CUDA_CHECK(cudaEventSynchronize(e1));
+          float t = 0;
+          BONSAI_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+          ms = std::min(ms, t);
+        }
+      } catch (const Error&) {
+        continue;
+      }
+      if (best.empty() || ms < best_ms) best = p, best_ms = ms;
+    }
+    BONSAI_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
-  matmul_path(launch, path, m, x, n, y, scratch, reuse_act);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(flush);
+  cudaFree(y);
+  cudaFree(x);
+  return best.empty() ? "dp4a" : best;
 }
 
 void get_rows(Launcher& launch, const DeviceMatrix& m, const int32_t* ids, int64_t n, float* out) {

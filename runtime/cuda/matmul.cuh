@@ -4,16 +4,17 @@
 // Paths (chosen by the token count n):
 //  - n <= 8, quantized types: activations quantized to int8 once per call, one scale per weight
 //    block (amax/127), laid out like the block's 32-bit code words (one int8 per digit of each
-//    code byte); each word gives four digits at a time (CodeView::digits4) for one dp4a. One
-//    token ("blk:R"): one lane a block, rows staged in shared memory by wide loads, R rows a
-//    warp (4 for 4096 rows or more, else 2); more tokens, or activations too wide for shared
-//    memory ("dp4a"): lanes walk words.
+//    code byte); each word gives four digits at a time (CodeView::digits4) for one dp4a.
+//    "dp4a:R": lanes walk a row's words, R rows a warp; "blk:R" (one token): one lane a block,
+//    rows staged in shared memory by wide loads, R rows a warp. One token takes the path timed
+//    fastest for the matrix (fastest_one_token_path); more tokens take dp4a.
 //    Error bound per output: sum over blocks b of amax_b/254 * sum_{k in b} |W[r,k]|.
 //  - n <= 8, float types: float FMA dot products, 16-byte loads.
 //  - n > 8 (prompts): tensor cores (WMMA, fp16 inputs, fp32 accumulation) on tiles decoded from
 //    the stored blocks in shared memory; inputs rounded to fp16, relative error ~1e-3.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "formats/types.h"
 #include "runtime/cuda/launcher.cuh"
@@ -43,8 +44,13 @@ class ActScratch {
 // y[t*rows + r] = sum_k W[r,k] x[t*cols + k] for t < n (x, y device memory, not overlapping).
 // reuse_act: x is the input of the previous call, unchanged, and w has that call's type and
 // columns: its quantized activations, still in scratch, are used again (q/k/v, gate/up).
+// one_token_path: the path for n == 1 on a quantized type (fastest_one_token_path), "" for dp4a.
 void matmul(Launcher& launch, const DeviceMatrix& w, const float* x, int64_t n, float* y, ActScratch& scratch,
-            bool reuse_act = false);
+            bool reuse_act = false, const std::string& one_token_path = "");
+// The fastest one-token path for this matrix among dp4a:1/2 and blk:1/2/4, by timing each on the
+// matrix itself with the L2 cache flushed before each run ("fma" for float types). Which kernel
+// wins depends on the shape: a short matrix needs many warps, a tall one few activation reads.
+std::string fastest_one_token_path(cudaStream_t stream, const DeviceMatrix& w);
 // The matmul paths by name, for tests that hold each to its bound and time it: "dp4a" (n <= 8
 // quantized; "dp4a:R" with R = 1, 2 or 4 rows a warp, 4 for one token only; "blk:R", one
 // token, one lane a block, R = 1, 2 or 4), "fma" (n <= 8 float), "wmma".

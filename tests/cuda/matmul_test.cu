@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda_support.h"
@@ -120,6 +121,26 @@ TEST(CudaMatmul, WmmaPathMatchesReferenceForEveryType) {
   for (TypeId t : kFloat) check_path(t, "wmma", 9);
 }
 
+TEST(CudaMatmul, OneTokenPathIsTheFastestCandidateThatRuns) {
+  BONSAI_REQUIRE_CUDA();
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  for (TypeId t : {TypeId::PTQ1_0, TypeId::Q8_0, TypeId::F16}) {
+    const int64_t rows = 67, cols = 512, rb = int64_t(*row_bytes(t, uint64_t(cols)));
+    Dev dw(size_t(rows * rb));
+    cudaMemset(dw.p, 0x11, size_t(rows * rb));
+    const std::string p =
+        cuda::fastest_one_token_path(s, {t, static_cast<const uint8_t*>(dw.p), rows, cols, rb});
+    if (t == TypeId::F16) {
+      EXPECT_EQ(p, "fma");
+    } else {
+      EXPECT_TRUE(p == "dp4a:1" || p == "dp4a:2" || p == "blk:1" || p == "blk:2" || p == "blk:4") << p;
+      check_path(t, p.c_str(), 1);
+    }
+  }
+  cudaStreamDestroy(s);
+}
+
 // Not a test: one-token decode speed of each path over a 1 GiB weight matrix, in GB/s of weight
 // bytes and as a share of the device's read bandwidth measured in the same run. The GPU check
 // (scripts/cuda_check.sh) runs it with --gtest_also_run_disabled_tests; one JSON line a case.
@@ -165,6 +186,43 @@ TEST(CudaMatmul, DISABLED_Throughput) {
     std::printf("{\"kind\":\"matvec\",\"type\":\"%s\",\"path\":\"%s\",\"rows\":%lld,\"cols\":%lld,\"us\":%.1f,"
                 "\"gbs\":%.1f,\"read_bw_gbs\":%.1f,\"pct_of_bw\":%.1f}\n",
                 traits(c.type).name, c.path, (long long)rows, (long long)cols, ms * 1e3 / reps, gbs, bw,
+                100.0 * gbs / bw);
+  }
+  // The shapes of a Qwen3-8B decode step: the path the backend picks for each, timed the same way
+  // but with the L2 cache flushed before each run (each matrix alone would fit in it).
+  Dev flush(size_t(256) << 20);
+  struct Shape {
+    TypeId type;
+    int64_t rows, cols;
+  };
+  const Shape shapes[] = {{TypeId::PTQ1_0, 4096, 4096},  {TypeId::PTQ1_0, 1024, 4096}, {TypeId::PTQ1_0, 12288, 4096},
+                          {TypeId::PTQ1_0, 4096, 12288}, {TypeId::PQ2_0, 4096, 4096},  {TypeId::PQ2_0, 12288, 4096},
+                          {TypeId::PQ2_0, 4096, 12288},  {TypeId::Q4_0, 4096, 4096},   {TypeId::Q4_0, 12288, 4096},
+                          {TypeId::Q8_0, 151936, 4096}};
+  for (const Shape& sh : shapes) {
+    const int64_t rb = int64_t(*row_bytes(sh.type, uint64_t(sh.cols)));
+    Dev dw(size_t(sh.rows * rb));
+    cudaMemset(dw.p, 0x11, size_t(sh.rows * rb));
+    const cuda::DeviceMatrix m{sh.type, static_cast<const uint8_t*>(dw.p), sh.rows, sh.cols, rb};
+    const std::string path = cuda::fastest_one_token_path(s, m);
+    cuda::Launcher launch(s);
+    cuda::ActScratch scratch;
+    float best = 1e30f;
+    for (int rep = 0; rep < 5; ++rep) {
+      cudaMemsetAsync(flush.p, rep, size_t(256) << 20, s);
+      cudaEventRecord(e0, s);
+      cuda::matmul_path(launch, path.c_str(), m, static_cast<const float*>(dx.p), 1, static_cast<float*>(dy.p),
+                        scratch);
+      cudaEventRecord(e1, s);
+      ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      best = std::min(best, ms);
+    }
+    const double gbs = double(sh.rows * rb) / (best * 1e-3) / 1e9;
+    std::printf("{\"kind\":\"matvec_shape\",\"type\":\"%s\",\"rows\":%lld,\"cols\":%lld,\"path\":\"%s\","
+                "\"us\":%.1f,\"gbs\":%.1f,\"pct_of_bw\":%.1f}\n",
+                traits(sh.type).name, (long long)sh.rows, (long long)sh.cols, path.c_str(), best * 1e3, gbs,
                 100.0 * gbs / bw);
   }
   cudaEventDestroy(e0);
