@@ -6,6 +6,7 @@
 #
 # Usage: scripts/bench_cpu.sh [OUT_DIR]
 #   env: SIZE=1.7b TYPES="ptq1_0 pq2_0 pq2_0+rc tq2_0 q8_0 f16" REPS=3 THREADS=$(nproc) LLAMA_BENCH=path
+#        BONSAI=path (the binary; default build/cli/bonsai)
 #        TABLE_ONLY=1 (no runs: table.md again from OUT_DIR's JSON)
 #   A type T+rc is T with bonsai's residual codebooks (synth --residual kmeans at bonsai quantize's
 #   defaults v=8, K=16, G=all rows): a file only bonsai loads (llama.cpp's error goes in the table).
@@ -23,7 +24,7 @@ types=${TYPES:-"ptq1_0 pq2_0 pq2_0+rc tq2_0 q8_0 f16"}
 reps=${REPS:-3}
 threads=${THREADS:-$(nproc)}
 shared=${BONSAI_SHARED_DIR:-../shared}
-bonsai=build/cli/bonsai
+bonsai=${BONSAI:-build/cli/bonsai}
 np=512
 ng=128
 mkdir -p "$out"
