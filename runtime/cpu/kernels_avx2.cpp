@@ -308,21 +308,49 @@ void dot_float(const uint8_t* row, const float* x, int64_t cols, float* out) {
   }
 }
 
+// Two rows (row, row + rb) and T >= 2 tokens: each activation load serves both rows, 2T
+// multiply-adds to T + 2 loads where one row at a time does T to T + 1, and a prompt's float
+// matmul is bound by loads. Each (row, token) sum runs in dot_float's order, so the results are
+// the same to the bit.
+template <class L, int T>
+void dot_float2(const uint8_t* row, int64_t rb, const float* x, int64_t cols, float (*out)[kTokens]) {
+  static_assert(T >= 2, "one token: dot_float");
+  __m256 acc[2][T];
+  for (int i = 0; i < 2; ++i)
+    for (int t = 0; t < T; ++t) acc[i][t] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= cols; k += 8) {
+    const __m256 w0 = L::load8(row, k), w1 = L::load8(row + rb, k);
+    for (int t = 0; t < T; ++t) {
+      const __m256 xv = _mm256_loadu_ps(x + t * cols + k);
+      acc[0][t] = _mm256_fmadd_ps(w0, xv, acc[0][t]);
+      acc[1][t] = _mm256_fmadd_ps(w1, xv, acc[1][t]);
+    }
+  }
+  for (int i = 0; i < 2; ++i)
+    for (int t = 0; t < T; ++t) {
+      float r = hsum(acc[i][t]);
+      for (int64_t j = k; j < cols; ++j) r += L::at(row + i * rb, j) * x[t * cols + j];
+      out[i][t] = r;
+    }
+}
+
 // ---- threading ----
 
 // Each thread takes one contiguous run of rows (a static schedule: every thread streams its own
 // part of the weights). With several tokens the run is cut into tiles of ~kTileBytes of weights,
 // and each tile meets the tokens kTokens at a time, so weights come from memory once and every
-// unpacked block serves kTokens tokens. fn(row, first token, count <= kTokens) does the dots.
-template <class Fn>
+// unpacked block serves kTokens tokens. fn(row, row count <= Step, first token, count <=
+// kTokens) does the dots of Step rows at a time (fewer at the end of a tile).
+template <int Step, class Fn>
 void for_rows(int64_t rows, int64_t n_tokens, int64_t row_bytes, int64_t cols, const Fn& fn) {
-  const int64_t tile = row_bytes >= kTileBytes ? 1 : kTileBytes / row_bytes;
+  const int64_t tile = row_bytes * Step >= kTileBytes ? Step : kTileBytes / row_bytes;
   auto run = [&](int64_t id, int64_t nth) {
     const int64_t r0 = rows * id / nth, r1 = rows * (id + 1) / nth;
     for (int64_t rt = r0; rt < r1; rt += tile) {
       const int64_t re = min64(r1, rt + tile);
       for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokens)
-        for (int64_t r = rt; r < re; ++r) fn(r, t0, int(min64(kTokens, n_tokens - t0)));
+        for (int64_t r = rt; r < re; r += Step) fn(r, int(min64(Step, re - r)), t0, int(min64(kTokens, n_tokens - t0)));
     }
   };
   if (rows * cols * n_tokens >= kParallelWork) {
@@ -337,7 +365,7 @@ template <class K>
 void run_q8(const uint8_t* w, int64_t rows, int64_t cols, const ActView& a, float* y) {
   const int64_t nb = cols / (32 * K::kSub);
   const int64_t rb = nb * int64_t(sizeof(typename K::Block));
-  for_rows(rows, a.n_tokens, rb, cols, [&](int64_t r, int64_t t0, int nt) {
+  for_rows<1>(rows, a.n_tokens, rb, cols, [&](int64_t r, int, int64_t t0, int nt) {
     float out[kTokens];
     const uint8_t* row = w + r * rb;
     switch (nt) {
@@ -353,17 +381,26 @@ void run_q8(const uint8_t* w, int64_t rows, int64_t cols, const ActView& a, floa
 template <class L, int Bytes>
 void run_float(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens, float* y) {
   const int64_t rb = cols * Bytes;
-  for_rows(rows, n_tokens, rb, cols, [&](int64_t r, int64_t t0, int nt) {
-    float out[kTokens];
+  for_rows<2>(rows, n_tokens, rb, cols, [&](int64_t r, int nr, int64_t t0, int nt) {
+    float out[2][kTokens];
     const uint8_t* row = w + r * rb;
     const float* xt = x + t0 * cols;
-    switch (nt) {
-      case 1: dot_float<L, 1>(row, xt, cols, out); break;
-      case 2: dot_float<L, 2>(row, xt, cols, out); break;
-      case 3: dot_float<L, 3>(row, xt, cols, out); break;
-      default: dot_float<L, 4>(row, xt, cols, out); break;
+    if (nr == 2 && nt > 1) {
+      switch (nt) {
+        case 2: dot_float2<L, 2>(row, rb, xt, cols, out); break;
+        case 3: dot_float2<L, 3>(row, rb, xt, cols, out); break;
+        default: dot_float2<L, 4>(row, rb, xt, cols, out); break;
+      }
+    } else {
+      for (int i = 0; i < nr; ++i) switch (nt) {
+          case 1: dot_float<L, 1>(row + i * rb, xt, cols, out[i]); break;
+          case 2: dot_float<L, 2>(row + i * rb, xt, cols, out[i]); break;
+          case 3: dot_float<L, 3>(row + i * rb, xt, cols, out[i]); break;
+          default: dot_float<L, 4>(row + i * rb, xt, cols, out[i]); break;
+        }
     }
-    for (int t = 0; t < nt; ++t) y[(t0 + t) * rows + r] = out[t];
+    for (int i = 0; i < nr; ++i)
+      for (int t = 0; t < nt; ++t) y[(t0 + t) * rows + r + i] = out[i][t];
   });
 }
 
