@@ -10,7 +10,7 @@
 #      BONSAI_LOADER   command prefix that runs those binaries (a carried ld.so, say)
 #      BONSAI_SHARED_DIR  fixtures (default ../shared); PPL_MODELS extra "name=path" pairs
 #      PPL_DEVICES="cuda cpu" (where to measure perplexity; cuda alone when the CPU figures
-#      come from another machine), SIZE=8b TYPES="ptq1_0 pq2_0 q4_0 f16" REPS=3,
+#      come from another machine; empty: none), SIZE=8b TYPES="ptq1_0 pq2_0 q4_0 f16" REPS=3,
 #      PROFILE_KERNELS=N (Nsight Compute times N kernels of a PROFILE_TYPE decode step; 0: off)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +23,7 @@ shared=${BONSAI_SHARED_DIR:-../shared}
 size=${SIZE:-8b}
 types=${TYPES:-"ptq1_0 pq2_0 q4_0 f16"}
 reps=${REPS:-3}
-ppl_devices=${PPL_DEVICES:-"cuda cpu"}
+ppl_devices=${PPL_DEVICES-"cuda cpu"}  # set and empty: no perplexity
 loader=${BONSAI_LOADER:-}
 say() { echo "== $*" | tee -a "$log"; }
 

@@ -388,12 +388,11 @@ void run_dp4a(Launcher& launch, const DeviceMatrix& m, const float* x, int64_t n
     if (rows_per_warp == 4) return launch_block<W, 4>(launch, m, nb, xq, dx, asum, y);
     throw Error(cat("CUDA matmul: no blk kernel for ", rows_per_warp, " rows a warp"));
   }
+  // Two rows a warp only for one token (the timed choice's candidates); more tokens, one.
   const int rpw = rows_per_warp > 0 ? rows_per_warp : n == 1 ? 2 : 1;
   if (n == 1 && rpw == 1) return launch_dp4a<W, 1, 1>(launch, m, nb, xq, dx, asum, n, y);
   if (n == 1 && rpw == 2) return launch_dp4a<W, 1, 2>(launch, m, nb, xq, dx, asum, n, y);
-  if (n == 1 && rpw == 4) return launch_dp4a<W, 1, 4>(launch, m, nb, xq, dx, asum, n, y);
   if (rpw == 1) return launch_dp4a<W, kMaxVecTokens, 1>(launch, m, nb, xq, dx, asum, n, y);
-  if (rpw == 2) return launch_dp4a<W, kMaxVecTokens, 2>(launch, m, nb, xq, dx, asum, n, y);
   throw Error(cat("CUDA matmul: no dp4a kernel for ", rpw, " rows a warp and ", n, " tokens"));
 }
 

@@ -52,8 +52,8 @@ void matmul(Launcher& launch, const DeviceMatrix& w, const float* x, int64_t n, 
 // wins depends on the shape: a short matrix needs many warps, a tall one few activation reads.
 std::string fastest_one_token_path(cudaStream_t stream, const DeviceMatrix& w);
 // The matmul paths by name, for tests that hold each to its bound and time it: "dp4a" (n <= 8
-// quantized; "dp4a:R" with R = 1, 2 or 4 rows a warp, 4 for one token only; "blk:R", one
-// token, one lane a block, R = 1, 2 or 4), "fma" (n <= 8 float), "wmma".
+// quantized; "dp4a:1", one row a warp, "dp4a:2", two, one token only; "blk:R", one token, one
+// lane a block, R = 1, 2 or 4 rows a warp), "fma" (n <= 8 float), "wmma".
 void matmul_path(Launcher& launch, const char* path, const DeviceMatrix& w, const float* x, int64_t n, float* y,
                  ActScratch& scratch, bool reuse_act = false);
 // out[i*cols + k] = W[ids[i], k] (ids: device memory, already checked against rows).
