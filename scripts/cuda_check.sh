@@ -84,6 +84,22 @@ for t in $types; do
     timeout 150 "$ncu" --clock-control none --graph-profiling node --launch-skip "${PROFILE_SKIP:-1666}" \
       --launch-count "$PROFILE_KERNELS" --metrics gpu__time_duration.sum --csv \
       $loader "$bin/bonsai" bench -m "$f" --device cuda -p 8 -n 2 -r 1 >"$out/ncu.csv" 2>>"$log" || say "ncu failed"
+    # Time per kernel name over the window: ncu-decode-step.txt.
+    python3 - "$out/ncu.csv" >"$out/ncu-decode-step.txt" 2>>"$log" <<'EOF' || say "ncu summary failed"
+import csv,collections,sys
+rows=list(csv.reader(open(sys.argv[1])))
+hi=[i for i,r in enumerate(rows) if r and r[0]=='ID'][0]
+h=rows[hi]; data=rows[hi+1:]
+ki=h.index('Kernel Name'); mi=h.index('Metric Name'); vi=h.index('Metric Value'); gi=h.index('Grid Size')
+tot=collections.Counter(); cnt=collections.Counter()
+for r in data:
+    if r[mi]!='gpu__time_duration.sum': continue
+    v=float(r[vi].replace(',',''))/1000
+    name=r[ki].split('(')[0].split('<')[0].replace('void ','').split('::')[-1]
+    tot[name]+=v; cnt[name]+=1
+print('kernels',sum(cnt.values()),'total us',round(sum(tot.values()),1))
+for k,v in tot.most_common(): print(f'{k:20s} n={cnt[k]:4d} total={v:8.1f}us mean={v/cnt[k]:6.2f}us share={100*v/sum(tot.values()):5.1f}%')
+EOF
   fi
   rm -f "$f"
 done
