@@ -7,26 +7,58 @@
 #include <cstdint>
 #include <memory>
 
+#if BONSAI_CPU_AVX2
+#include "runtime/cpu/kernels_avx2.h"
+#endif
+
 namespace bonsai::cpu {
+namespace {
+
+// The sum of p[0..n). A plain loop compiled for the baseline CPU is bound by its adds, not by
+// memory (on the project's 2-core EPYC: 7.4 GB/s on one core against 13 GB/s for the AVX2 loop),
+// and a yardstick that the kernels it judges can beat is no roofline.
+uint64_t read_sum(const uint64_t* p, int64_t n) {
+#if BONSAI_CPU_AVX2
+  if (avx2_usable()) return avx2::read_sum(p, n);
+#endif
+  uint64_t total = 0;
+  for (int64_t i = 0; i < n; ++i) total += p[i];
+  return total;
+}
+
+}  // namespace
 
 double measure_read_bandwidth_gbs(size_t bytes, int runs) {
-  const size_t n = std::max<size_t>(bytes / sizeof(uint64_t), 1);
-  std::unique_ptr<uint64_t[]> buf(new uint64_t[n]);
-  // First touch by the thread that will read each part (same static split), so pages sit on its
-  // NUMA node and no page fault lands inside a timed pass.
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; ++i) buf[i] = i;
+  const int64_t n = int64_t(std::max<size_t>(bytes / sizeof(uint64_t), 1));
+  std::unique_ptr<uint64_t[]> buf(new uint64_t[size_t(n)]);
+  // Each thread's contiguous part, the same for the first touch and for every pass, so pages sit
+  // on the reader's NUMA node and no page fault lands inside a timed pass.
+  auto part = [n](int64_t& i0, int64_t& i1) {
+    const int64_t id = omp_get_thread_num(), nth = omp_get_num_threads();
+    i0 = n * id / nth;
+    i1 = n * (id + 1) / nth;
+  };
+#pragma omp parallel
+  {
+    int64_t i0, i1;
+    part(i0, i1);
+    for (int64_t i = i0; i < i1; ++i) buf[size_t(i)] = uint64_t(i);
+  }
 
   double best = 0.0;
   uint64_t sink = 0;
   for (int r = 0; r < std::max(runs, 1); ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     uint64_t total = 0;
-#pragma omp parallel for schedule(static) reduction(+ : total)
-    for (size_t i = 0; i < n; ++i) total += buf[i];
+#pragma omp parallel reduction(+ : total)
+    {
+      int64_t i0, i1;
+      part(i0, i1);
+      total += read_sum(buf.get() + i0, i1 - i0);
+    }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     sink += total;
-    if (s > 0) best = std::max(best, double(n * sizeof(uint64_t)) / s / 1e9);
+    if (s > 0) best = std::max(best, double(n) * sizeof(uint64_t) / s / 1e9);
   }
   // The sums must be used, or the passes could be optimized away.
   volatile uint64_t keep = sink;

@@ -337,27 +337,29 @@ void dot_float2(const uint8_t* row, int64_t rb, const float* x, int64_t cols, fl
 
 // ---- threading ----
 
-// Each thread takes one contiguous run of rows (a static schedule: every thread streams its own
-// part of the weights). With several tokens the run is cut into tiles of ~kTileBytes of weights,
-// and each tile meets the tokens kTokens at a time, so weights come from memory once and every
-// unpacked block serves kTokens tokens. fn(row, row count <= Step, first token, count <=
-// kTokens) does the dots of Step rows at a time (fewer at the end of a tile).
+// The rows are cut into tiles of contiguous weights, which the threads take one at a time as they
+// finish the last (a dynamic schedule: a static split into one run per thread left the faster
+// thread spinning at the end of every matmul, ~8% of a decode step's samples on the 2-core
+// machine, where a shared host slows the two cores unevenly). With several tokens a tile is
+// ~kTileBytes of weights, and it meets the tokens kTokens at a time, so weights come from memory
+// once and every unpacked block serves kTokens tokens; with one token the tiles are 8 times
+// smaller, so the last one to finish costs little. fn(row, row count <= Step, first token, count
+// <= kTokens) does the dots of Step rows at a time (fewer at the end of a tile).
 template <int Step, class Fn>
 void for_rows(int64_t rows, int64_t n_tokens, int64_t row_bytes, int64_t cols, const Fn& fn) {
-  const int64_t tile = row_bytes * Step >= kTileBytes ? Step : kTileBytes / row_bytes;
-  auto run = [&](int64_t id, int64_t nth) {
-    const int64_t r0 = rows * id / nth, r1 = rows * (id + 1) / nth;
-    for (int64_t rt = r0; rt < r1; rt += tile) {
-      const int64_t re = min64(r1, rt + tile);
-      for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokens)
-        for (int64_t r = rt; r < re; r += Step) fn(r, int(min64(Step, re - r)), t0, int(min64(kTokens, n_tokens - t0)));
-    }
+  const int64_t tile_bytes = n_tokens > kTokens ? kTileBytes : kTileBytes / 8;
+  const int64_t tile = (row_bytes * Step >= tile_bytes ? Step : tile_bytes / row_bytes + Step - 1) / Step * Step;
+  const int64_t tiles = (rows + tile - 1) / tile;
+  auto run = [&](int64_t i) {
+    const int64_t rt = i * tile, re = min64(rows, rt + tile);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokens)
+      for (int64_t r = rt; r < re; r += Step) fn(r, int(min64(Step, re - r)), t0, int(min64(kTokens, n_tokens - t0)));
   };
   if (rows * cols * n_tokens >= kParallelWork) {
-#pragma omp parallel
-    run(omp_get_thread_num(), omp_get_num_threads());
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < tiles; ++i) run(i);
   } else {
-    run(0, 1);
+    for (int64_t i = 0; i < tiles; ++i) run(i);
   }
 }
 
@@ -478,6 +480,19 @@ bool matmul_q8(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const 
     case TypeId::PTQ1_0: run_q8<KPTQ1>(w, rows, cols, a, y); return true;
     default: return false;
   }
+}
+
+uint64_t read_sum(const uint64_t* p, int64_t n) {
+  __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int u = 0; u < 4; ++u) a[u] = _mm256_add_epi64(a[u], load32(p + i + 4 * u));
+  const __m256i s = _mm256_add_epi64(_mm256_add_epi64(a[0], a[1]), _mm256_add_epi64(a[2], a[3]));
+  uint64_t lanes[4];
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), s);
+  uint64_t total = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+  for (; i < n; ++i) total += p[i];
+  return total;
 }
 
 bool matmul_float(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const float* x,

@@ -37,4 +37,9 @@ bool matmul_q8(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const 
 bool matmul_float(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const float* x,
                   int64_t n_tokens, float* y);
 
+// The 64-bit sum of n words read with 32-byte loads into four independent accumulators: the
+// bandwidth probe's read loop (bandwidth.cpp), fast enough that one core is bound by memory, not
+// by its adds.
+uint64_t read_sum(const uint64_t* p, int64_t n);
+
 }  // namespace bonsai::cpu::avx2

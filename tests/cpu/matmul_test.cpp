@@ -41,6 +41,7 @@
 #include "formats/tensor_set.h"
 #include "formats/types.h"
 #include "runtime/cpu/act_quant.h"
+#include "runtime/cpu/bandwidth.h"
 #include "runtime/cpu/kernels_avx2.h"
 #include "runtime/cpu/matmul.h"
 
@@ -461,3 +462,24 @@ TEST(CpuQuantizeAct, Avx2QuantizerIsBitExact) {
   }
 }
 #endif
+
+#if defined(__x86_64__)
+// The bandwidth probe's AVX2 read loop sums every word, tail included (n not a multiple of its
+// 16-word step), with carries across the 64-bit lanes' wrap-around as plain addition has them.
+TEST(CpuBandwidth, Avx2ReadLoopSumsEveryWord) {
+  if (std::string(cpu::matmul_path()) != "avx2") GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937_64 rng(3);
+  for (int64_t n : {0, 1, 15, 16, 17, 1000, 4099}) {
+    std::vector<uint64_t> v(static_cast<size_t>(n), 0);
+    uint64_t want = 0;
+    for (auto& w : v) want += (w = rng());
+    EXPECT_EQ(cpu::avx2::read_sum(v.data(), n), want) << n;
+  }
+}
+#endif
+
+TEST(CpuBandwidth, MeasuresAPositiveFiniteRate) {
+  const double gbs = cpu::measure_read_bandwidth_gbs(size_t(4) << 20, 2);
+  EXPECT_GT(gbs, 0.0);
+  EXPECT_TRUE(std::isfinite(gbs));
+}
