@@ -337,14 +337,17 @@ void dot_float2(const uint8_t* row, int64_t rb, const float* x, int64_t cols, fl
 
 // ---- threading ----
 
-// The rows are cut into tiles of contiguous weights, which the threads take one at a time as they
-// finish the last (a dynamic schedule: a static split into one run per thread left the faster
-// thread spinning at the end of every matmul, ~8% of a decode step's samples on the 2-core
-// machine, where a shared host slows the two cores unevenly). With several tokens a tile is
+// The rows are cut into tiles of contiguous weights, which the threads take in runs that shrink
+// as the work runs out (a guided schedule): the first runs are long contiguous streams, as a
+// static split into one run per thread gives, and the last ones are single tiles, so a thread
+// that finishes early takes over the rest instead of spinning at the end of the matmul (8-11% of
+// a decode step's samples with the static split on the 2-core machine, where a shared host slows
+// the two cores unevenly; one tile at a time from the start, a dynamic schedule, cut tg by a
+// fifth: the hardware prefetcher restarts at every short tile). With several tokens a tile is
 // ~kTileBytes of weights, and it meets the tokens kTokens at a time, so weights come from memory
 // once and every unpacked block serves kTokens tokens; with one token the tiles are 8 times
-// smaller, so the last one to finish costs little. fn(row, row count <= Step, first token, count
-// <= kTokens) does the dots of Step rows at a time (fewer at the end of a tile).
+// smaller. fn(row, row count <= Step, first token, count <= kTokens) does the dots of Step rows
+// at a time (fewer at the end of a tile).
 template <int Step, class Fn>
 void for_rows(int64_t rows, int64_t n_tokens, int64_t row_bytes, int64_t cols, const Fn& fn) {
   const int64_t tile_bytes = n_tokens > kTokens ? kTileBytes : kTileBytes / 8;
@@ -356,7 +359,7 @@ void for_rows(int64_t rows, int64_t n_tokens, int64_t row_bytes, int64_t cols, c
       for (int64_t r = rt; r < re; r += Step) fn(r, int(min64(Step, re - r)), t0, int(min64(kTokens, n_tokens - t0)));
   };
   if (rows * cols * n_tokens >= kParallelWork) {
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(guided)
     for (int64_t i = 0; i < tiles; ++i) run(i);
   } else {
     for (int64_t i = 0; i < tiles; ++i) run(i);
