@@ -1,5 +1,6 @@
 #include "formats/tensor_set.h"
 
+#include <atomic>
 #include <sstream>
 
 #include "formats/error.h"
@@ -32,6 +33,8 @@ const Tensor& TensorSet::get(const std::string& name) const {
 
 void TensorSet::add(Tensor t) {
   if (index_.count(t.name)) fail(path, "duplicate tensor name '", t.name, "'");
+  static std::atomic<uint64_t> next_uid{0};
+  t.uid = ++next_uid;
   index_.emplace(t.name, tensors.size());
   tensors.push_back(std::move(t));
 }

@@ -20,6 +20,10 @@ struct Tensor {
   std::vector<int64_t> ne;  // ggml order: ne[0] is the contiguous (row / input) dimension
   const uint8_t* data = nullptr;
   uint64_t nbytes = 0;
+  // Unique in the process, given by TensorSet::add (0: a tensor made outside any set). Caches of
+  // something derived from a tensor (a backend's device copy, a regrouped layout) key on it with
+  // the address: once a set is gone its addresses are reused by the next file mapped.
+  uint64_t uid = 0;
 
   int64_t nelements() const;
   int64_t rows() const { return ne.empty() ? 0 : nelements() / ne[0]; }

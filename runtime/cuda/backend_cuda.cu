@@ -1,6 +1,7 @@
 // The CUDA backend: runtime/backend.h on one GPU. Weights are uploaded once, in their stored
-// types, the first time an operation reads them (keyed by their host address, which the model
-// keeps for its lifetime); activations are float32, the KV cache fp16. Decode steps (one token)
+// types, the first time an operation reads them (keyed by their Tensor::uid and host address:
+// one backend may serve several models in turn, as a mixed-precision sweep does, and a later
+// file can be mapped where an earlier one was); activations are float32, the KV cache fp16. Decode steps (one token)
 // are recorded and replayed as CUDA graphs (launcher.cuh).
 #include <cuda_fp16.h>
 
@@ -154,10 +155,11 @@ class CudaBackend final : public Backend {
   }
   // The device copy of a weight, uploaded on first use.
   DeviceMatrix matrix(const Tensor& t) {
-    auto it = uploaded_.find(t.data);
+    const auto key = std::make_pair(t.uid, t.data);
+    auto it = uploaded_.find(key);
     if (it == uploaded_.end()) {
       void* p = raw_alloc(t.nbytes, t.data);
-      it = uploaded_.emplace(t.data, static_cast<const uint8_t*>(p)).first;
+      it = uploaded_.emplace(key, static_cast<const uint8_t*>(p)).first;
     }
     const int64_t cols = t.ne.empty() ? 0 : t.ne[0];
     const auto rb = row_bytes(t.type, uint64_t(cols));
@@ -171,14 +173,18 @@ class CudaBackend final : public Backend {
     if (it == one_token_paths_.end()) it = one_token_paths_.emplace(key, cuda::fastest_one_token_path(stream_, m)).first;
     return it->second;
   }
+  // The device copy of a host vector (norm weights, biases, Hadamard signs), keyed by address and
+  // length and checked against a host copy of its contents at every use: vectors are small, and a
+  // later model's vector may sit where an earlier one's was.
   const float* vec(const std::vector<float>& v) {
     const auto key = std::make_pair(static_cast<const void*>(v.data()), v.size());
     auto it = vectors_.find(key);
-    if (it == vectors_.end()) {
-      void* p = raw_alloc(v.size() * sizeof(float), v.data());
-      it = vectors_.emplace(key, static_cast<const float*>(p)).first;
+    if (it == vectors_.end() || it->second.host != v) {
+      VectorCopy c{static_cast<const float*>(raw_alloc(v.size() * sizeof(float), v.data())), v};
+      if (it == vectors_.end()) it = vectors_.emplace(key, std::move(c)).first;
+      else it->second = std::move(c);
     }
-    return it->second;
+    return it->second.device;
   }
 
   // The input whose quantized activations the last matmul left in scratch_ (cuda::matmul):
@@ -196,8 +202,12 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::Launcher> launch_;
   std::unique_ptr<cuda::ActScratch> scratch_ = std::make_unique<cuda::ActScratch>();
   std::vector<void*> allocations_;
-  std::map<const uint8_t*, const uint8_t*> uploaded_;
-  std::map<std::pair<const void*, size_t>, const float*> vectors_;
+  std::map<std::pair<uint64_t, const uint8_t*>, const uint8_t*> uploaded_;
+  struct VectorCopy {
+    const float* device;
+    std::vector<float> host;
+  };
+  std::map<std::pair<const void*, size_t>, VectorCopy> vectors_;
   std::map<std::tuple<TypeId, int64_t, int64_t>, std::string> one_token_paths_;
   int* pos_ = nullptr;
   int64_t step_pos_ = 0;
