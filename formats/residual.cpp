@@ -159,6 +159,7 @@ bool find_residual(const TensorSet& ts, const Tensor& base, ResidualView* out) {
   if (pr) check_type(path, *pr, TypeId::F16);
   v.codebook = reinterpret_cast<const uint16_t*>(cb->data);
   v.indices = ix->data;
+  v.index_uid = ix->uid;
   v.params = pr ? reinterpret_cast<const uint16_t*>(pr->data) : nullptr;
   check_finite(path, *cb, v.codebook, uint64_t(v.books * v.size * v.dim));
   if (pr) check_finite(path, *pr, v.params, uint64_t(v.rows * per_row * 2));

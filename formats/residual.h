@@ -75,6 +75,7 @@ struct ResidualView {
   uint64_t row_bytes = 0;               // of the index stream
   const uint16_t* codebook = nullptr;   // fp16 [books][size][dim]
   const uint8_t* indices = nullptr;     // rows × row_bytes
+  uint64_t index_uid = 0;               // the index tensor's Tensor::uid (what caches key on)
   const uint16_t* params = nullptr;     // pattern: fp16 [rows][cols/128][2] = (μ, σ)
 
   int64_t rows_per_book() const { return rows / books; }

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "formats/error.h"
@@ -36,7 +38,10 @@ class CpuBackend final : public Backend {
   }
   void matmul(const Tensor& w, const float* x, int64_t n, float* y) override { cpu::matmul(w, x, n, y); }
   void matmul_residual(const ResidualView& r, const float* x, int64_t n, float* y) override {
-    cpu::residual_matmul(r, x, n, y);
+    const auto key = std::make_pair(r.index_uid, r.indices);
+    auto it = packed_.find(key);
+    if (it == packed_.end()) it = packed_.emplace(key, cpu::pack_residual_indices(r)).first;
+    cpu::residual_matmul(r, x, n, y, &it->second);
   }
 
   void rmsnorm(const float* x, const std::vector<float>& weight, int64_t rows, int64_t dim, float eps,
@@ -125,6 +130,9 @@ class CpuBackend final : public Backend {
 
  private:
   std::vector<std::vector<float>> buffers_;
+  // Each residual's indices regrouped for the int8 lookup kernel (cpu::pack_residual_indices),
+  // made on first use: as many bytes as the indices, which a token then reads instead.
+  std::map<std::pair<uint64_t, const uint8_t*>, std::vector<uint8_t>> packed_;
 };
 
 }  // namespace

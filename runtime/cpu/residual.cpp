@@ -19,13 +19,27 @@ namespace {
 constexpr int64_t kRowChunk = 32;
 
 // One thread's tables: a codebook's centroids transposed (ct[j·size + k], so that the table
-// build's inner loop runs over centroids and vectorizes), the table, the sub-vector sums. The
-// table has 16 floats of padding: the AVX2 permutes load 16 entries of the last table whatever
-// the codebook size.
+// build's inner loop runs over centroids and vectorizes), the table, the sub-vector sums, and for
+// the int8 lookup kernel the tables rounded (q, one scale a chunk). The float table has 16 floats
+// of padding: the AVX2 permutes load 16 entries of the last table whatever the codebook size.
 struct Scratch {
   std::vector<float> ct, lut, xsum;
-  explicit Scratch(const ResidualView& r)
-      : ct(size_t(r.size * r.dim)), lut(size_t(r.cols / r.dim * r.size + 16)), xsum(size_t(r.cols / r.dim)) {}
+#if BONSAI_CPU_AVX2
+  std::vector<int8_t> q;
+  std::vector<float> qscale;
+#endif
+  Scratch(const ResidualView& r, bool lookup)
+      : ct(size_t(r.size * r.dim)), lut(size_t(r.cols / r.dim * r.size + 16)), xsum(size_t(r.cols / r.dim)) {
+#if BONSAI_CPU_AVX2
+    const int64_t per_row = r.cols / r.dim;
+    if (lookup) {
+      q.resize(size_t((per_row + 1) / 2 * 32));
+      qscale.resize(size_t((per_row + avx2::kLookupChunk - 1) / avx2::kLookupChunk));
+    }
+#else
+    (void)lookup;
+#endif
+  }
 };
 
 void load_book(const ResidualView& r, int64_t b, Scratch& s) {
@@ -38,7 +52,11 @@ void load_book(const ResidualView& r, int64_t b, Scratch& s) {
 void build_lut(const ResidualView& r, const float* xt, Scratch& s, bool simd) {
   const int64_t per_row = r.cols / r.dim;
 #if BONSAI_CPU_AVX2
-  if (simd) return avx2::residual_lut(s.ct.data(), r.size, r.dim, xt, per_row, s.lut.data(), s.xsum.data());
+  if (simd) {
+    avx2::residual_lut(s.ct.data(), r.size, r.dim, xt, per_row, s.lut.data(), s.xsum.data());
+    if (!s.q.empty()) avx2::residual_lut_i8(s.lut.data(), r.size, per_row, s.q.data(), s.qscale.data());
+    return;
+  }
 #else
   (void)simd;
 #endif
@@ -57,17 +75,26 @@ void build_lut(const ResidualView& r, const float* xt, Scratch& s, bool simd) {
   }
 }
 
-// yt[row] += row's gather-add for rows [r0, r1) of the codebook whose table is in s.
-void gather(const ResidualView& r, const Scratch& s, int64_t r0, int64_t r1, float* yt, bool simd) {
+// yt[row] += row's gather-add for rows [r0, r1) of the codebook whose table is in s. With
+// `packed` (the int8 tables built), r0 and r1 are multiples of 32 (pack_residual_indices' rule).
+void gather(const ResidualView& r, const Scratch& s, int64_t r0, int64_t r1, float* yt, bool simd,
+            const uint8_t* packed) {
   const int64_t per_row = r.cols / r.dim;
   const float* lut = s.lut.data();
 #if BONSAI_CPU_AVX2
+  if (packed) {
+    const uint64_t block_bytes = uint64_t((per_row + 1) / 2 * 32);
+    avx2::residual_lookup32(s.q.data(), s.qscale.data(), per_row, packed + uint64_t(r0 / 32) * block_bytes,
+                            (r1 - r0) / 32, yt + r0);
+    return;
+  }
   if (simd && r.scheme == ResidualScheme::kmeans &&
       avx2::residual_gather(lut, r.size, r.bits, per_row, r.indices + uint64_t(r0) * r.row_bytes, r.row_bytes,
                             r1 - r0, yt + r0))
     return;
 #else
   (void)simd;
+  (void)packed;
 #endif
   for (int64_t row = r0; row < r1; ++row) {
     const uint8_t* idx = r.indices + uint64_t(row) * r.row_bytes;
@@ -88,8 +115,9 @@ void gather(const ResidualView& r, const Scratch& s, int64_t r0, int64_t r1, flo
   }
 }
 
-void run(const ResidualView& r, const float* x, int64_t n, float* y, bool simd) {
+void run(const ResidualView& r, const float* x, int64_t n, float* y, bool simd, const uint8_t* packed) {
   const int64_t g = r.rows_per_book(), per_row = r.cols / r.dim;
+  const bool lookup = simd && packed;
   const bool parallel = r.rows * per_row * n >= kParallelWork;
   const int nth = parallel ? omp_get_max_threads() : 1;
   if (r.books >= nth) {
@@ -97,20 +125,20 @@ void run(const ResidualView& r, const float* x, int64_t n, float* y, bool simd) 
     // build, size·cols multiply-adds per codebook and token, is then parallel too).
 #pragma omp parallel num_threads(nth) if (nth > 1)
     {
-      Scratch s(r);
+      Scratch s(r, lookup);
 #pragma omp for schedule(static)
       for (int64_t b = 0; b < r.books; ++b) {
         load_book(r, b, s);
         for (int64_t t = 0; t < n; ++t) {
           build_lut(r, x + t * r.cols, s, simd);
-          gather(r, s, b * g, (b + 1) * g, y + t * r.rows, simd);
+          gather(r, s, b * g, (b + 1) * g, y + t * r.rows, simd, lookup ? packed : nullptr);
         }
       }
     }
     return;
   }
   // Fewer codebooks than threads: one table at a time, its rows shared out in chunks.
-  Scratch s(r);
+  Scratch s(r, lookup);
   for (int64_t b = 0; b < r.books; ++b) {
     load_book(r, b, s);
     for (int64_t t = 0; t < n; ++t) {
@@ -119,22 +147,42 @@ void run(const ResidualView& r, const float* x, int64_t n, float* y, bool simd) 
       const int64_t chunks = (g + kRowChunk - 1) / kRowChunk;
 #pragma omp parallel for schedule(static) num_threads(nth) if (nth > 1)
       for (int64_t c = 0; c < chunks; ++c)
-        gather(r, s, b * g + c * kRowChunk, b * g + std::min(g, (c + 1) * kRowChunk), yt, simd);
+        gather(r, s, b * g + c * kRowChunk, b * g + std::min(g, (c + 1) * kRowChunk), yt, simd,
+               lookup ? packed : nullptr);
     }
   }
 }
 
 }  // namespace
 
-void residual_matmul(const ResidualView& r, const float* x, int64_t n, float* y) {
+std::vector<uint8_t> pack_residual_indices(const ResidualView& r) {
 #if BONSAI_CPU_AVX2
-  run(r, x, n, y, avx2_usable());
+  if (!avx2_usable() || r.scheme != ResidualScheme::kmeans || r.bits != 4 || r.rows_per_book() % 32 != 0) return {};
+  const uint64_t pairs = uint64_t(r.cols / r.dim + 1) / 2;  // = row_bytes for 4-bit indices
+  std::vector<uint8_t> out(size_t(uint64_t(r.rows) * pairs));
+  for (int64_t b = 0; b < r.rows / 32; ++b)
+    for (uint64_t k = 0; k < pairs; ++k)
+      for (int64_t j = 0; j < 32; ++j)
+        out[size_t((uint64_t(b) * pairs + k) * 32 + uint64_t(j))] = r.indices[uint64_t(32 * b + j) * r.row_bytes + k];
+  return out;
 #else
-  run(r, x, n, y, false);
+  (void)r;
+  return {};
 #endif
 }
 
-void residual_matmul_scalar(const ResidualView& r, const float* x, int64_t n, float* y) { run(r, x, n, y, false); }
+void residual_matmul(const ResidualView& r, const float* x, int64_t n, float* y, const std::vector<uint8_t>* packed) {
+#if BONSAI_CPU_AVX2
+  const bool simd = avx2_usable();
+#else
+  const bool simd = false;
+#endif
+  run(r, x, n, y, simd, packed && !packed->empty() ? packed->data() : nullptr);
+}
+
+void residual_matmul_scalar(const ResidualView& r, const float* x, int64_t n, float* y) {
+  run(r, x, n, y, false, nullptr);
+}
 
 void residual_matmul_ref(const ResidualView& r, const float* x, int64_t n, float* y) {
   const std::vector<float> rh = r.dequantize();

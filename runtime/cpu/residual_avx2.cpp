@@ -153,6 +153,70 @@ void residual_lut(const float* ct, int64_t size, int64_t dim, const float* x, in
   }
 }
 
+void residual_lut_i8(const float* lut, int64_t size, int64_t per_row, int8_t* q, float* scale) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  // Table p is lut[p·size ..] with size <= 16: entries past `size` are masked off (read as 0).
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(size)), lane);
+  const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(size) - 8), lane);
+  for (int64_t c0 = 0; c0 < per_row; c0 += kLookupChunk) {
+    const int64_t c1 = c0 + kLookupChunk < per_row ? c0 + kLookupChunk : per_row;
+    __m256 m = _mm256_setzero_ps();
+    for (int64_t p = c0; p < c1; ++p) {
+      m = _mm256_max_ps(m, _mm256_and_ps(_mm256_maskload_ps(lut + p * size, m0), abs_mask));
+      m = _mm256_max_ps(m, _mm256_and_ps(_mm256_maskload_ps(lut + p * size + 8, m1), abs_mask));
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, m);
+    float amax = 0.0f;
+    for (float v : lanes) amax = amax > v ? amax : v;
+    scale[c0 / kLookupChunk] = amax / 127.0f;
+    const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    for (int64_t p = c0; p < c1; ++p) {
+      // 16 entries -> 16 int8, rounded to nearest even (the MXCSR default); |entry · inv| <= 127.
+      const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_maskload_ps(lut + p * size, m0), inv));
+      const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_maskload_ps(lut + p * size + 8, m1), inv));
+      // packs work per 128-bit half: words a0..3 b0..3 | a4..7 b4..7, then bytes of both halves.
+      const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8);
+      const __m128i bytes = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * p), bytes);
+    }
+  }
+  if (per_row % 2) std::memset(q + 16 * per_row, 0, 16);  // the pair's missing table: adds nothing
+}
+
+void residual_lookup32(const int8_t* q, const float* scale, int64_t per_row, const uint8_t* packed, int64_t blocks,
+                       float* y) {
+  const int64_t pairs = (per_row + 1) / 2;
+  const __m256i low4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi8(1);
+  for (int64_t b = 0; b < blocks; ++b, packed += pairs * 32, y += 32) {
+    // out[k]: rows 8k..8k+7 in float
+    __m256 out[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t c0 = 0; c0 < pairs; c0 += kLookupChunk / 2) {
+      const int64_t c1 = c0 + kLookupChunk / 2 < pairs ? c0 + kLookupChunk / 2 : pairs;
+      // acc_a: rows 0..7 | 16..23, acc_b: rows 8..15 | 24..31 (unpack works per 128-bit half)
+      __m256i acc_a = _mm256_setzero_si256(), acc_b = _mm256_setzero_si256();
+      for (int64_t k = c0; k < c1; ++k) {
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + 32 * k));
+        const __m256i i0 = _mm256_and_si256(x, low4), i1 = _mm256_and_si256(_mm256_srli_epi16(x, 4), low4);
+        const __m256i t0 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 32 * k)));
+        const __m256i t1 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 32 * k + 16)));
+        const __m256i l0 = _mm256_shuffle_epi8(t0, i0), l1 = _mm256_shuffle_epi8(t1, i1);
+        // each row's two entries side by side, added into one int16 by maddubs(1, ·)
+        acc_a = _mm256_add_epi16(acc_a, _mm256_maddubs_epi16(ones, _mm256_unpacklo_epi8(l0, l1)));
+        acc_b = _mm256_add_epi16(acc_b, _mm256_maddubs_epi16(ones, _mm256_unpackhi_epi8(l0, l1)));
+      }
+      const __m256 sc = _mm256_set1_ps(scale[2 * c0 / kLookupChunk]);
+      auto to_float = [](__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(v)); };
+      out[0] = _mm256_fmadd_ps(to_float(_mm256_castsi256_si128(acc_a)), sc, out[0]);
+      out[1] = _mm256_fmadd_ps(to_float(_mm256_castsi256_si128(acc_b)), sc, out[1]);
+      out[2] = _mm256_fmadd_ps(to_float(_mm256_extracti128_si256(acc_a, 1)), sc, out[2]);
+      out[3] = _mm256_fmadd_ps(to_float(_mm256_extracti128_si256(acc_b, 1)), sc, out[3]);
+    }
+    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(y + 8 * k, _mm256_add_ps(_mm256_loadu_ps(y + 8 * k), out[k]));
+  }
+}
+
 bool residual_gather(const float* lut, int64_t size, int bits, int64_t per_row, const uint8_t* idx,
                      uint64_t row_bytes, int64_t n, float* y) {
   if (per_row * size >= (int64_t{1} << 31)) return false;  // gather offsets are int32

@@ -17,6 +17,19 @@ namespace bonsai::cpu::avx2 {
 void residual_lut(const float* ct, int64_t size, int64_t dim, const float* x, int64_t per_row, float* lut,
                   float* xsum);
 
+// The int8 lookup kernel's tables: lut (per_row tables of size <= 16 floats) rounded to q (int8,
+// 16 a table, zero past size) with one scale a chunk of kLookupChunk tables, scale[c] = max
+// |entry| of chunk c / 127; q has room for per_row rounded up to even tables, the extra one zero.
+constexpr int64_t kLookupChunk = 128;
+void residual_lut_i8(const float* lut, int64_t size, int64_t per_row, int8_t* q, float* scale);
+
+// y[32b + j] += Σ_p scale[p / kLookupChunk] · q[16p + index(32b + j, p)] for `blocks` blocks of
+// 32 rows whose indices are `packed` (pack_residual_indices' layout, (per_row + 1) / 2 × 32 bytes
+// a block): one pshufb looks up one table for 32 rows, int16 sums within a chunk (at most 128 ×
+// 127, no overflow), a float step per chunk.
+void residual_lookup32(const int8_t* q, const float* scale, int64_t per_row, const uint8_t* packed, int64_t blocks,
+                       float* y);
+
 bool residual_gather(const float* lut, int64_t size, int bits, int64_t per_row, const uint8_t* idx,
                      uint64_t row_bytes, int64_t n, float* y);
 

@@ -3,8 +3,11 @@
 // the dispatched path (AVX2 gather-add where the CPU has it) and the scalar one alike.
 #include "runtime/cpu/residual.h"
 
+#include "runtime/cpu/matmul.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -109,4 +112,58 @@ TEST(CpuResidual, OneIndexMovesOneRow) {
   float want = 0.0f;
   for (int k = 0; k < 8; ++k) want += fp16_to_f32(s.book[size_t(new_i * 8 + k)]) - fp16_to_f32(s.book[size_t(old_i * 8 + k)]);
   for (int r = 0; r < 4; ++r) EXPECT_NEAR(y1[size_t(r)] - y0[size_t(r)], r == 2 ? want : 0.0f, 1e-6) << r;
+}
+
+// The int8 lookup kernel (4-bit indices regrouped by pack_residual_indices): within the bound
+// residual.h states, (sub-vectors per row) × (largest table entry) / 254, of the expanded
+// residual; odd sub-vector counts, several 128-table chunks, several codebooks, several tokens.
+TEST(CpuResidual, Int8LookupKernelIsWithinItsBound) {
+  struct Case { int64_t cols, rows, dim, size, books; };
+  const Case cases[] = {{2048, 64, 8, 16, 1}, {2048, 64, 8, 16, 2}, {256, 96, 8, 12, 3},
+                        {384, 32, 128, 16, 1}, {4096, 32, 8, 16, 1}, {16512, 32, 128, 16, 1}, {1024, 64, 4, 9, 1}};
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const Case& c : cases) {
+    const Stored s = make(c.cols, c.rows, c.dim, c.size, c.books, false, uint32_t(c.cols + c.rows));
+    const std::vector<uint8_t> packed = cpu::pack_residual_indices(s.v);
+    if (std::string(cpu::matmul_path()) != "avx2") {
+      EXPECT_TRUE(packed.empty());
+      continue;
+    }
+    ASSERT_EQ(packed.size(), size_t(uint64_t(c.rows) * s.v.row_bytes)) << "cols " << c.cols;
+    const int64_t per_row = c.cols / c.dim, g = c.rows / c.books;
+    for (int64_t n : {1, 2}) {
+      std::vector<float> x(size_t(n * c.cols));
+      for (auto& v : x) v = nd(rng);
+      std::vector<float> y(size_t(n * c.rows), 1.0f), ref(y.size(), 1.0f);
+      cpu::residual_matmul(s.v, x.data(), n, y.data(), &packed);
+      cpu::residual_matmul_ref(s.v, x.data(), n, ref.data());
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t b = 0; b < c.books; ++b) {
+          double entry = 0.0;  // the largest |centroid k · sub-vector p| of this codebook and token
+          for (int64_t p = 0; p < per_row; ++p)
+            for (int64_t k = 0; k < c.size; ++k) {
+              double d = 0.0;
+              for (int64_t j = 0; j < c.dim; ++j)
+                d += double(fp16_to_f32(s.book[size_t((b * c.size + k) * c.dim + j)])) * x[size_t(t * c.cols + p * c.dim + j)];
+              entry = std::max(entry, std::fabs(d));
+            }
+          const double bound = double(per_row) * entry / 254.0 * (1 + 1e-3) + 1e-5 * (1 + entry * double(per_row));
+          for (int64_t r = b * g; r < (b + 1) * g; ++r) {
+            const size_t i = size_t(t * c.rows + r);
+            ASSERT_NEAR(y[i], ref[i], bound) << "cols " << c.cols << " size " << c.size << " books " << c.books << " row " << r;
+          }
+        }
+      // and not merely within a loose bound: the rounding is a small part of it on random data
+      double err = 0.0, mag = 0.0;
+      for (size_t i = 0; i < y.size(); ++i) err += std::fabs(double(y[i]) - ref[i]), mag += std::fabs(double(ref[i]) - 1.0);
+      EXPECT_LT(err, 0.02 * mag) << "cols " << c.cols;
+    }
+  }
+}
+
+TEST(CpuResidual, LookupLayoutOnlyWhereTheKernelApplies) {
+  EXPECT_TRUE(cpu::pack_residual_indices(make(256, 12, 8, 256, 3, false, 1).v).empty());  // 8-bit indices
+  EXPECT_TRUE(cpu::pack_residual_indices(make(256, 48, 8, 16, 1, false, 1).v).empty());  // 48 rows a codebook
+  EXPECT_TRUE(cpu::pack_residual_indices(make(512, 32, 128, 4, 1, true, 1).v).empty());  // pattern
 }

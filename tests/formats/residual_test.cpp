@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
 #include <random>
 
 #include "formats/error.h"
@@ -184,4 +185,22 @@ TEST(ResidualFormat, NonFiniteCentroidIsAnError) {
   Fixture f(256, 4, 8, 16, 1);
   f.book[3] = 0x7c00;  // +inf
   expect_error(f, "is not finite");
+}
+
+// Caches of derived data (a backend's device copy, the CPU's regrouped indices) key on
+// Tensor::uid: every tensor added to a set gets its own, never reused, and a residual view
+// carries its index tensor's.
+TEST(ResidualFormat, ViewCarriesItsIndexTensorsUid) {
+  Fixture a(256, 6, 8, 16, 3), b(256, 6, 8, 16, 3);
+  ResidualView va, vb;
+  ASSERT_TRUE(find_residual(a.ts, a.base, &va));
+  ASSERT_TRUE(find_residual(b.ts, b.base, &vb));
+  const Tensor* ia = a.ts.find(a.base.name + kRcIndexSuffix);
+  ASSERT_NE(ia, nullptr);
+  EXPECT_EQ(va.index_uid, ia->uid);
+  EXPECT_NE(va.index_uid, 0u);
+  EXPECT_NE(va.index_uid, vb.index_uid);
+  std::set<uint64_t> seen;
+  for (const TensorSet* ts : {&a.ts, &b.ts})
+    for (const Tensor& t : ts->tensors) EXPECT_TRUE(seen.insert(t.uid).second) << t.name;
 }
