@@ -287,7 +287,10 @@ TEST(ZhTinyStage2, Pq2GridFileIsCanonicalAndResidualMatchesTheDequantisedReferen
   EXPECT_EQ(lut->residuals.size(), 42u);
   EXPECT_TRUE(ref->residuals.empty());
   const double p_lut = ppl(*lut, 2).ppl, p_ref = ppl(*ref, 2).ppl;
-  EXPECT_NEAR(p_lut, p_ref, 1e-4 * p_ref);
+  // The CPU's 4-bit lookup rounds each token's tables to int8 (runtime/cpu/residual.h states the
+  // bound), as its matmuls round activations: 2.4e-4 on these rtn residuals, the largest a method
+  // leaves (the gptq file of docs/results.md: 5e-5). A residual on the wrong rows moves it by %.
+  EXPECT_NEAR(p_lut, p_ref, 5e-4 * p_ref);
   const double p_rc = ppl(*m, 2).ppl, p_grid = ppl(*load_model(pq2), 2).ppl;
   EXPECT_NE(p_rc, p_grid);  // the residual is applied
 }
