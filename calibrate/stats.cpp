@@ -7,13 +7,18 @@
 
 #include "formats/error.h"
 #include "formats/gguf.h"
+#if BONSAI_CALIBRATE_AVX2
+#include "calibrate/gram_avx2.h"
+#include "runtime/cpu/kernels_avx2.h"
+#endif
 
 namespace bonsai::calib {
 
 namespace {
 
 // Rows per float Gram product before it is folded into the double sum: float keeps the GEMM fast
-// (Eigen's parallel kernel), the periodic double accumulation keeps 10⁵+ rows exact enough.
+// (Eigen's parallel kernel, built for AVX2+FMA where the CPU has them: gram_avx2.h), the
+// periodic double accumulation keeps 10⁵+ rows exact enough.
 constexpr int64_t kGramChunk = 4096;
 
 constexpr const char* kVersion = "bonsai.calib.version";
@@ -54,8 +59,12 @@ void InputStats::add(const float* x, int64_t n) {
       sum_sq[size_t(c)] += s;
     }
     if (want_gram) {
-      const Eigen::Map<const RowMajor> X(xs, m, cols);
-      const Eigen::MatrixXf G = X.transpose() * X;  // symmetric; column-major equals row-major
+      Eigen::MatrixXf G(cols, cols);  // symmetric; column-major equals row-major
+#if BONSAI_CALIBRATE_AVX2
+      if (cpu::avx2_usable()) avx2::gram(xs, m, cols, G.data());
+      else
+#endif
+        G.noalias() = Eigen::Map<const RowMajor>(xs, m, cols).transpose() * Eigen::Map<const RowMajor>(xs, m, cols);
       const float* g = G.data();
 #pragma omp parallel for schedule(static) if (cols * cols > 65536)
       for (int64_t i = 0; i < cols * cols; ++i) gram[size_t(i)] += double(g[i]);
