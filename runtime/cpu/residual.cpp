@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "formats/error.h"
 #include "formats/fp16.h"
 #include "runtime/cpu/parallel.h"
 #if BONSAI_CPU_AVX2
@@ -15,8 +16,9 @@
 namespace bonsai::cpu {
 namespace {
 
-// Rows one thread takes at a time from a codebook's rows.
+// Rows one thread takes at a time from a codebook's rows: whole blocks of the lookup kernel.
 constexpr int64_t kRowChunk = 32;
+static_assert(kRowChunk % 32 == 0, "the int8 lookup kernel takes rows 32 at a time");
 
 // One thread's tables: a codebook's centroids transposed (ct[j·size + k], so that the table
 // build's inner loop runs over centroids and vectorizes), the table, the sub-vector sums, and for
@@ -177,6 +179,8 @@ void residual_matmul(const ResidualView& r, const float* x, int64_t n, float* y,
 #else
   const bool simd = false;
 #endif
+  if (packed && !packed->empty() && packed->size() != size_t(uint64_t(r.rows) * uint64_t((r.cols / r.dim + 1) / 2)))
+    throw Error(cat(r.base, ": residual_matmul: regrouped indices of ", packed->size(), " bytes do not belong to this view"));
   run(r, x, n, y, simd, packed && !packed->empty() ? packed->data() : nullptr);
 }
 

@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 
+#include "formats/error.h"
 #include "formats/fp16.h"
 
 using namespace bonsai;
@@ -166,4 +167,13 @@ TEST(CpuResidual, LookupLayoutOnlyWhereTheKernelApplies) {
   EXPECT_TRUE(cpu::pack_residual_indices(make(256, 12, 8, 256, 3, false, 1).v).empty());  // 8-bit indices
   EXPECT_TRUE(cpu::pack_residual_indices(make(256, 48, 8, 16, 1, false, 1).v).empty());  // 48 rows a codebook
   EXPECT_TRUE(cpu::pack_residual_indices(make(512, 32, 128, 4, 1, true, 1).v).empty());  // pattern
+}
+
+// Regrouped indices of another view are refused, naming the weight, rather than read past.
+TEST(CpuResidual, RegroupedIndicesOfAnotherViewAreRefused) {
+  const Stored a = make(2048, 64, 8, 16, 1, false, 2), b = make(1024, 64, 8, 16, 1, false, 2);
+  const std::vector<uint8_t> packed = cpu::pack_residual_indices(a.v);
+  if (packed.empty()) GTEST_SKIP() << "no int8 lookup kernel on this CPU";
+  std::vector<float> x(1024, 1.0f), y(64, 0.0f);
+  EXPECT_THROW(cpu::residual_matmul(b.v, x.data(), 1, y.data(), &packed), Error);
 }
