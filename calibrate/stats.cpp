@@ -59,12 +59,13 @@ void InputStats::add(const float* x, int64_t n) {
       sum_sq[size_t(c)] += s;
     }
     if (want_gram) {
+      const Eigen::Map<const RowMajor> X(xs, m, cols);
       Eigen::MatrixXf G(cols, cols);  // symmetric; column-major equals row-major
 #if BONSAI_CALIBRATE_AVX2
       if (cpu::avx2_usable()) avx2::gram(xs, m, cols, G.data());
       else
 #endif
-        G.noalias() = Eigen::Map<const RowMajor>(xs, m, cols).transpose() * Eigen::Map<const RowMajor>(xs, m, cols);
+        G.noalias() = X.transpose() * X;
       const float* g = G.data();
 #pragma omp parallel for schedule(static) if (cols * cols > 65536)
       for (int64_t i = 0; i < cols * cols; ++i) gram[size_t(i)] += double(g[i]);

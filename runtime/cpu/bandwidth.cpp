@@ -15,7 +15,7 @@ namespace bonsai::cpu {
 namespace {
 
 // The sum of p[0..n). A plain loop compiled for the baseline CPU is bound by its adds, not by
-// memory (on the project's 2-core EPYC: 7.4 GB/s on one core against 13 GB/s for the AVX2 loop),
+// memory: the kernels it judged read faster than it (docs/benchmarks.md, "The roofline changed"),
 // and a yardstick that the kernels it judges can beat is no roofline.
 uint64_t read_sum(const uint64_t* p, int64_t n) {
 #if BONSAI_CPU_AVX2

@@ -342,8 +342,8 @@ void dot_float2(const uint8_t* row, int64_t rb, const float* x, int64_t cols, fl
 // static split into one run per thread gives, and the last ones are single tiles, so a thread
 // that finishes early takes over the rest instead of spinning at the end of the matmul (8-11% of
 // a decode step's samples with the static split on the 2-core machine, where a shared host slows
-// the two cores unevenly; one tile at a time from the start, a dynamic schedule, cut tg by a
-// fifth: the hardware prefetcher restarts at every short tile). With several tokens a tile is
+// the two cores unevenly; one tile at a time from the start, a dynamic schedule, cost 13-23% of
+// tg: the hardware prefetcher restarts at every short tile). With several tokens a tile is
 // ~kTileBytes of weights, and it meets the tokens kTokens at a time, so weights come from memory
 // once and every unpacked block serves kTokens tokens; with one token the tiles are 8 times
 // smaller. fn(row, row count <= Step, first token, count <= kTokens) does the dots of Step rows
@@ -351,7 +351,8 @@ void dot_float2(const uint8_t* row, int64_t rb, const float* x, int64_t cols, fl
 template <int Step, class Fn>
 void for_rows(int64_t rows, int64_t n_tokens, int64_t row_bytes, int64_t cols, const Fn& fn) {
   const int64_t tile_bytes = n_tokens > kTokens ? kTileBytes : kTileBytes / 8;
-  const int64_t tile = (row_bytes * Step >= tile_bytes ? Step : tile_bytes / row_bytes + Step - 1) / Step * Step;
+  const int64_t fit = tile_bytes / row_bytes / Step * Step;  // whole Step-row groups in tile_bytes
+  const int64_t tile = fit > Step ? fit : Step;
   const int64_t tiles = (rows + tile - 1) / tile;
   auto run = [&](int64_t i) {
     const int64_t rt = i * tile, re = min64(rows, rt + tile);

@@ -6,11 +6,6 @@
 
 namespace bonsai::cpu::avx2 {
 
-// For n rows of kmeans indices (row_bytes apart from idx; per row per_row indices of `bits` bits,
-// LSB first): y[r] += Σ_p lut[p·size + index(r, p)]. Indices of up to 4 bits: eight rows at a
-// time through register permutes of the tables; 8 bits: eight indices per _mm256_i32gather_ps.
-// lut must be readable 16 floats past per_row·size. Returns false, computing nothing, for index widths it has no kernel for (it has 1, 2, 4 and 8)
-// or a table too large for 32-bit offsets.
 // The tables of one codebook for one token x (residual.cpp's build_lut, with FMAs over 8 centroids
 // at a time): lut[p·size + k] = Σ_j ct[j·size + k]·x[p·dim + j] (ct: the centroids transposed),
 // xsum[p] = Σ_j x[p·dim + j].
@@ -30,6 +25,11 @@ void residual_lut_i8(const float* lut, int64_t size, int64_t per_row, int8_t* q,
 void residual_lookup32(const int8_t* q, const float* scale, int64_t per_row, const uint8_t* packed, int64_t blocks,
                        float* y);
 
+// For n rows of kmeans indices (row_bytes apart from idx; per row per_row indices of `bits` bits,
+// LSB first): y[r] += Σ_p lut[p·size + index(r, p)]. Indices of up to 4 bits: eight rows at a
+// time through register permutes of the tables; 8 bits: eight indices per _mm256_i32gather_ps.
+// lut must be readable 16 floats past per_row·size. Returns false, computing nothing, for index
+// widths it has no kernel for (it has 1, 2, 4 and 8) or a table too large for 32-bit offsets.
 bool residual_gather(const float* lut, int64_t size, int bits, int64_t per_row, const uint8_t* idx,
                      uint64_t row_bytes, int64_t n, float* y);
 
