@@ -10,6 +10,7 @@
 
 #include "formats/error.h"
 #include "runtime/backend.h"
+#include "runtime/cpu/attention.h"
 #include "runtime/cpu/bandwidth.h"
 #include "runtime/cpu/matmul.h"
 #include "runtime/cpu/ops.h"
@@ -87,34 +88,8 @@ class CpuBackend final : public Backend {
 
   void attention(const float* q, const void* k_cache_v, const void* v_cache_v, int64_t n, int64_t pos0,
                  int64_t n_head, int64_t n_head_kv, int64_t head_dim, float* out) override {
-    const auto* k_cache = static_cast<const float*>(k_cache_v);
-    const auto* v_cache = static_cast<const float*>(v_cache_v);
-    const int64_t group = n_head / n_head_kv, kv_dim = n_head_kv * head_dim;
-    const float scale = 1.0f / std::sqrt(float(head_dim));
-#pragma omp parallel
-    {
-      std::vector<float> score(size_t(pos0 + n));
-#pragma omp for collapse(2) schedule(dynamic, 4)
-      for (int64_t t = 0; t < n; ++t)
-        for (int64_t h = 0; h < n_head; ++h) {
-          const float* qv = q + (t * n_head + h) * head_dim;
-          const int64_t kvh = h / group, last = pos0 + t;
-          for (int64_t j = 0; j <= last; ++j) {
-            const float* kv = k_cache + j * kv_dim + kvh * head_dim;
-            float s = 0;
-            for (int64_t i = 0; i < head_dim; ++i) s += qv[i] * kv[i];
-            score[size_t(j)] = s * scale;
-          }
-          cpu::softmax(score.data(), last + 1);
-          float* o = out + (t * n_head + h) * head_dim;
-          std::fill(o, o + head_dim, 0.0f);
-          for (int64_t j = 0; j <= last; ++j) {
-            const float p = score[size_t(j)];
-            const float* vv = v_cache + j * kv_dim + kvh * head_dim;
-            for (int64_t i = 0; i < head_dim; ++i) o[i] += p * vv[i];
-          }
-        }
-    }
+    cpu::attention(q, static_cast<const float*>(k_cache_v), static_cast<const float*>(v_cache_v), n, pos0, n_head,
+                   n_head_kv, head_dim, out);
   }
 
   void copy(const float* src, float* dst, int64_t n) override { std::memmove(dst, src, size_t(n) * sizeof(float)); }

@@ -5,6 +5,7 @@
 set -euo pipefail
 pkgs=(g++ cmake ninja-build pkg-config libboost-program-options-dev libeigen3-dev nlohmann-json3-dev
       libyaml-cpp-dev libpcre2-dev libutf8proc-dev libxxhash-dev libssl-dev zlib1g-dev libgtest-dev libomp-dev
+      libopenblas-openmp-dev liblapacke-dev
       libtorch-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -509,4 +509,22 @@ bool matmul_float(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, con
   }
 }
 
+namespace {
+template <class L>
+void decode_float(const uint8_t* src, int64_t n, float* dst) {
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) _mm256_storeu_ps(dst + k, L::load8(src, k));
+  for (; k < n; ++k) dst[k] = L::at(src, k);
+}
+}  // namespace
+
+bool float_to_f32(TypeId type, const uint8_t* src, int64_t n, float* dst) {
+  switch (type) {
+    case TypeId::F32: decode_float<LF32>(src, n, dst); return true;
+    case TypeId::F16: decode_float<LF16>(src, n, dst); return true;
+    case TypeId::BF16: decode_float<LBF16>(src, n, dst); return true;
+    default: return false;
+  }
+}
+
 }  // namespace bonsai::cpu::avx2

@@ -36,6 +36,8 @@ bool matmul_q8(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const 
 // Float kernels (F32, F16, BF16).
 bool matmul_float(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const float* x,
                   int64_t n_tokens, float* y);
+// n values of a float type (F32, F16, BF16) to float32, 8 at a time; false for other types.
+bool float_to_f32(TypeId type, const uint8_t* src, int64_t n, float* dst);
 
 // The 64-bit sum of n words read with 32-byte loads into four independent accumulators: the
 // bandwidth probe's read loop (bandwidth.cpp), fast enough that one core is bound by memory, not

@@ -1,8 +1,10 @@
 #include "runtime/cpu/matmul.h"
 
+#include <cblas.h>
 #include <cpuid.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "formats/error.h"
@@ -38,6 +40,34 @@ Matrix check_matrix(const Tensor& w, const char* op) {
 
 void check_count(const Tensor& w, const char* op, const char* what, int64_t n) {
   if (n < 0) fail(w.name, op, ": negative ", what, " count ", n);
+}
+
+// A prompt's product with float weights is a GEMM, and OpenBLAS's SGEMM runs it near the FMA
+// peak, where the dot-product kernels (made for one token, bound by loads) reach a third of it.
+// From this many tokens on, the weights are decoded to float in tiles of rows, each tile one
+// SGEMM on one thread (OpenBLAS's OpenMP build stays on the calling thread inside a parallel
+// region), so no tile's result depends on the thread count.
+constexpr int64_t kGemmTokens = 16;
+constexpr int64_t kGemmTileRows = 256;
+
+bool float_weights(TypeId t) { return t == TypeId::F32 || t == TypeId::F16 || t == TypeId::BF16; }
+
+void matmul_gemm(const Tensor& w, const Matrix& m, const float* x, int64_t n_tokens, float* y) {
+#pragma omp parallel
+  {
+    std::vector<float> tile(size_t(std::min(kGemmTileRows, m.rows) * m.cols));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t r0 = 0; r0 < m.rows; r0 += kGemmTileRows) {
+      const int64_t nr = std::min(kGemmTileRows, m.rows - r0);
+      const uint8_t* src = w.data + uint64_t(r0) * m.row_bytes;
+#if BONSAI_CPU_AVX2
+      if (!avx2_usable() || !avx2::float_to_f32(w.type, src, nr * m.cols, tile.data()))
+#endif
+        m.type->to_float(src, tile.data(), nr * m.cols);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n_tokens), int(nr), int(m.cols), 1.0f, x,
+                  int(m.cols), tile.data(), int(m.cols), 0.0f, y + r0, int(m.rows));
+    }
+  }
 }
 
 }  // namespace
@@ -81,6 +111,7 @@ void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
   const Matrix m = check_matrix(w, "matmul");
   check_count(w, "matmul", "token", n_tokens);
   if (m.rows == 0 || n_tokens == 0) return;
+  if (n_tokens >= kGemmTokens && float_weights(w.type)) return matmul_gemm(w, m, x, n_tokens, y);
 #if BONSAI_CPU_AVX2
   if (avx2_usable()) {
     if (const ActLayout* layout = act_layout(w.type)) {

@@ -19,7 +19,8 @@ namespace bonsai::cpu {
 // from matmul_ref by at most
 //   sum over weight blocks b of amax_b/254 * sum_{k in b} |W[r,k]|   (plus float rounding);
 // qk is 32 for Q8_0/Q4_0, 64 for Q2_0, 128 for PTQ1_0/PQ2_0/Q1_0 and 256 for TQ1_0/TQ2_0.
-// float weights (F32/F16/BF16) use float FMA dot products, within ~1e-5 relative of matmul_ref.
+// float weights (F32/F16/BF16) use float FMA dot products (from 16 tokens on, OpenBLAS SGEMM on
+// the weights decoded to float), within ~1e-5 relative of matmul_ref.
 void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y);
 
 // The scalar reference: every row decoded with the type table's to_float, each dot product

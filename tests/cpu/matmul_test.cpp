@@ -316,6 +316,16 @@ TEST(CpuMatmul, ResultDoesNotDependOnThreadCount) {
     cpu::matmul(m.t, x.data(), 5, y3.data());
     EXPECT_EQ(0, std::memcmp(y1.data(), y3.data(), y1.size() * 4)) << traits(id).name;
   }
+  // Prompt-sized float products (SGEMM over tiles of 256 rows): 600 rows end in a partial tile.
+  const Weights f = make_weights(TypeId::BF16, 600, 96, false, rng);
+  const auto xf = random_x(96 * 20, rng);
+  std::vector<float> z1(600 * 20), z3(z1.size());
+  omp_set_num_threads(1);
+  cpu::matmul(f.t, xf.data(), 20, z1.data());
+  omp_set_num_threads(3);
+  cpu::matmul(f.t, xf.data(), 20, z3.data());
+  EXPECT_EQ(0, std::memcmp(z1.data(), z3.data(), z1.size() * 4));
+  EXPECT_EQ("", mismatch(f, xf, 20, z3));
   omp_set_num_threads(saved);
 }
 

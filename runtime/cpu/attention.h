@@ -1,0 +1,14 @@
+// Causal multi-head attention over a float KV cache (grouped-query: n_head / n_head_kv query heads
+// share a cache head), the CPU backend's one definition of it.
+#pragma once
+#include <cstdint>
+
+namespace bonsai::cpu {
+
+// q: n tokens × n_head × head_dim (RoPE applied); k_cache, v_cache: (pos0 + n) rows of
+// n_head_kv × head_dim, row pos0 + t holding token t. Token t attends to rows 0 .. pos0 + t.
+// out: n × n_head × head_dim. Scores are scaled by 1/sqrt(head_dim). Threads: OpenMP.
+void attention(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0, int64_t n_head,
+               int64_t n_head_kv, int64_t head_dim, float* out);
+
+}  // namespace bonsai::cpu
