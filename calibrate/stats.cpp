@@ -1,24 +1,23 @@
 #include "calibrate/stats.h"
 
-#include <Eigen/Core>
+#include <cblas.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <set>
 
 #include "formats/error.h"
 #include "formats/gguf.h"
-#if BONSAI_CALIBRATE_AVX2
-#include "calibrate/gram_avx2.h"
-#include "runtime/cpu/kernels_avx2.h"
-#endif
 
 namespace bonsai::calib {
 
 namespace {
 
-// Rows per float Gram product before it is folded into the double sum: float keeps the GEMM fast
-// (Eigen's parallel kernel, built for AVX2+FMA where the CPU has them: gram_avx2.h), the
-// periodic double accumulation keeps 10⁵+ rows exact enough.
+// Rows per float Gram product before it is folded into the double sum: float keeps the product
+// fast (OpenBLAS's SSYRK, half a GEMM's work, near the FMA peak), the periodic double accumulation
+// keeps 10⁵+ rows exact enough.
 constexpr int64_t kGramChunk = 4096;
 
 constexpr const char* kVersion = "bonsai.calib.version";
@@ -45,7 +44,8 @@ void InputStats::add(const float* x, int64_t n) {
   const bool want_gram = !gram.empty();
   if (want_gram && int64_t(gram.size()) != cols * cols)
     throw Error(cat("InputStats::add: gram has ", gram.size(), " entries, not ", cols, "²"));
-  using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  // Left uninitialized: SSYRK with beta 0 writes every element read below.
+  const std::unique_ptr<float[]> g(want_gram ? new float[size_t(cols * cols)] : nullptr);
   for (int64_t r0 = 0; r0 < n; r0 += kGramChunk) {
     const int64_t m = std::min(kGramChunk, n - r0);
     const float* xs = x + r0 * cols;
@@ -59,16 +59,16 @@ void InputStats::add(const float* x, int64_t n) {
       sum_sq[size_t(c)] += s;
     }
     if (want_gram) {
-      const Eigen::Map<const RowMajor> X(xs, m, cols);
-      Eigen::MatrixXf G(cols, cols);  // symmetric; column-major equals row-major
-#if BONSAI_CALIBRATE_AVX2
-      if (cpu::avx2_usable()) avx2::gram(xs, m, cols, G.data());
-      else
-#endif
-        G.noalias() = X.transpose() * X;
-      const float* g = G.data();
-#pragma omp parallel for schedule(static) if (cols * cols > 65536)
-      for (int64_t i = 0; i < cols * cols; ++i) gram[size_t(i)] += double(g[i]);
+      // The lower triangle of XᵀX (row i, columns ≤ i), mirrored into the symmetric double sum.
+      cblas_ssyrk(CblasRowMajor, CblasLower, CblasTrans, int(cols), int(m), 1.0f, xs, int(cols), 0.0f, g.get(),
+                  int(cols));
+#pragma omp parallel for schedule(dynamic, 16) if (cols * cols > 65536)
+      for (int64_t i = 0; i < cols; ++i)
+        for (int64_t j = 0; j <= i; ++j) {
+          const double v = g[size_t(i * cols + j)];
+          gram[size_t(i * cols + j)] += v;
+          if (j != i) gram[size_t(j * cols + i)] += v;
+        }
     }
   }
   rows_seen += n;

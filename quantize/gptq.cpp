@@ -1,6 +1,8 @@
 #include "quantize/gptq.h"
 
-#include <Eigen/Cholesky>
+#include <cblas.h>
+#include <lapacke.h>
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <vector>
@@ -18,55 +20,21 @@ using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic>;
 using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;
 using Eigen::Index;
 
-// Panel width of the factorization's independent pieces (and of Eigen's own blocking).
-constexpr Index kPanel = 128;
-
-// Lower Cholesky factor of a, in place (only the lower triangle is read and meaningful after):
-// right-looking and blocked, the panel solve and the trailing update (almost all of the n³/3
-// work) split into independent pieces across threads, where Eigen's LLT runs them on one.
-bool cholesky_lower(MatD& a) {
-  const Index n = a.rows();
-  for (Index k = 0; k < n; k += kPanel) {
-    const Index kb = std::min(kPanel, n - k);
-    Eigen::Ref<MatD> a11 = a.block(k, k, kb, kb);
-    Eigen::LLT<Eigen::Ref<MatD>> diag(a11);
-    if (diag.info() != Eigen::Success) return false;
-    // A21 <- A21·L11⁻ᵀ (rows independent), then A22 <- A22 − A21·A21ᵀ (by column panels of
-    // the lower part; each panel reads A21 only).
-#pragma omp parallel for schedule(static)
-    for (Index r0 = k + kb; r0 < n; r0 += kPanel) {
-      auto a21 = a.block(r0, k, std::min(kPanel, n - r0), kb);
-      a.block(k, k, kb, kb).triangularView<Eigen::Lower>().transpose().solveInPlace<Eigen::OnTheRight>(a21);
-    }
-#pragma omp parallel for schedule(dynamic, 1)
-    for (Index c0 = k + kb; c0 < n; c0 += kPanel) {
-      const Index cb = std::min(kPanel, n - c0);
-      a.block(c0, c0, n - c0, cb).noalias() -= a.block(c0, k, n - c0, kb) * a.block(c0, k, cb, kb).transpose();
-    }
-  }
-  return true;
-}
-
 // GPTQ's Hinv: the upper Cholesky factor U of H⁻¹ (H⁻¹ = UᵀU). With P the order reversal and
 // PHP = L Lᵀ, H = R Rᵀ for the upper R = P L P, so H⁻¹ = R⁻ᵀR⁻¹ and U = R⁻¹ = P L⁻¹ P: one
-// Cholesky and one triangular inverse (n³/3 each), no explicit H⁻¹. `h` is overwritten.
+// Cholesky and one triangular inverse (LAPACK's dpotrf and dtrtri, n³/3 each), no explicit H⁻¹.
+// `h` is overwritten.
 MatF inverse_cholesky_upper(MatD& h) {
   const Index n = h.rows();
   h.reverseInPlace();
-  if (!cholesky_lower(h))
+  if (LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'L', int(n), h.data(), int(n)) != 0)
     throw Error(cat("quantize: gptq: the damped Gram matrix is not positive definite (",
                     "a Gram matrix that is not E[x xᵀ] of real inputs, or raise the damping)"));
-  // L⁻¹ by column panels, each independent: X = L⁻¹[p:, p:p+b] solves L[p:, p:]·X = [I; 0].
+  if (LAPACKE_dtrtri(LAPACK_COL_MAJOR, 'L', 'N', int(n), h.data(), int(n)) != 0)
+    throw Error("quantize: gptq: the Cholesky factor of the damped Gram matrix is singular");
   MatF u = MatF::Zero(n, n);
-#pragma omp parallel for schedule(dynamic, 1)
-  for (Index p0 = 0; p0 < n; p0 += kPanel) {
-    const Index pb = std::min(kPanel, n - p0), m = n - p0;
-    MatD x = MatD::Zero(m, pb);
-    x.topRows(pb).setIdentity();
-    h.block(p0, p0, m, m).triangularView<Eigen::Lower>().solveInPlace(x);
-    for (Index j = 0; j < pb; ++j)
-      for (Index i = j; i < m; ++i) u(n - 1 - p0 - i, n - 1 - p0 - j) = float(x(i, j));
-  }
+  for (Index j = 0; j < n; ++j)
+    for (Index i = j; i < n; ++i) u(n - 1 - i, n - 1 - j) = float(h(i, j));
   return u;
 }
 
@@ -75,6 +43,7 @@ MatF inverse_cholesky_upper(MatD& h) {
 // the damped H⁻¹ and, in `importance`, the damped diagonal of H.
 MatF damped_inverse_factor(const MatrixIn& in, double damp, std::vector<char>& dead, std::vector<float>& importance) {
   const Index cols = in.cols;
+  if (cols <= 0) throw Error(cat("quantize: gptq: a matrix of ", cols, " columns"));
   MatD h(cols, cols);
   for (Index i = 0; i < cols; ++i)
     for (Index j = 0; j < cols; ++j) h(i, j) = 2.0 * in.gram[i * cols + j];
@@ -155,7 +124,12 @@ void gptq_ternary(const MatrixIn& in, const MethodOptions& opts, TernaryMatrix& 
         err_block.col(j - i1) = err;
         if (j + 1 < i2) w.middleCols(j + 1, i2 - j - 1).noalias() -= err * hinv.row(j).segment(j + 1, i2 - j - 1);
       }
-      if (i2 < cols) w.rightCols(cols - i2).noalias() -= err_block * hinv.block(i1, i2, count, cols - i2);
+      // The lazy batch's update of every later column, rows × count × (cols − i2): almost all of
+      // GPTQ's work, one SGEMM (column-major, as Eigen stores w and hinv).
+      if (i2 < cols)
+        cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, int(rows), int(cols - i2), int(count), -1.0f,
+                    err_block.data(), int(rows), hinv.data() + i1 + i2 * cols, int(cols), 1.0f, w.data() + i2 * rows,
+                    int(rows));
     }
   };
 
@@ -164,12 +138,12 @@ void gptq_ternary(const MatrixIn& in, const MethodOptions& opts, TernaryMatrix& 
     refit_scales(in, opts.four_levels, out);
     // Further passes alternate codes (GPTQ, scales fixed) and scales (refit, codes fixed); a pass
     // that does not lower the output error is undone, so the result never gets worse.
-    double best = relative_output_error(in, out.dequantize());
+    double best = output_error(in, out.dequantize());
     for (int p = 1; p < opts.gptq_passes; ++p) {
       const TernaryMatrix prev = out;
       pass(true);
       refit_scales(in, opts.four_levels, out);
-      const double e = relative_output_error(in, out.dequantize());
+      const double e = output_error(in, out.dequantize());
       if (!(e < best)) {
         out = prev;
         break;

@@ -1,3 +1,5 @@
+#include <cblas.h>
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
@@ -25,7 +27,11 @@ double quadratic_trace(const MatF& m, const double* g) {
 #pragma omp parallel for schedule(dynamic, 1)
   for (Index c0 = 0; c0 < cols; c0 += kPanel) {
     const Index cb = std::min(kPanel, cols - c0), rest = cols - c0;
-    const MatF s = m.rightCols(rest).transpose() * m.middleCols(c0, cb);  // (MᵀM)[c0:, c0:c0+cb]
+    // (MᵀM)[c0:, c0:c0+cb], rest × cb: one SGEMM on this thread (column-major, as Eigen stores m).
+    MatF s(rest, cb);
+    cblas_sgemm(CblasColMajor, CblasTrans, CblasNoTrans, int(rest), int(cb), int(m.rows()), 1.0f,
+                m.data() + c0 * m.rows(), int(m.rows()), m.data() + c0 * m.rows(), int(m.rows()), 0.0f, s.data(),
+                int(rest));
     double sum = 0.0;
     for (Index j = 0; j < cb; ++j) {
       const double* gj = g + (c0 + j) * cols + c0;  // G[c0+j, c0:] = G[c0:, c0+j]
@@ -42,34 +48,48 @@ double quadratic_trace(const MatF& m, const double* g) {
 
 }  // namespace
 
-double relative_output_error(const MatrixIn& in, const std::vector<float>& w_hat) {
+namespace {
+
+// ‖X Eᵀ‖² = tr(E G Eᵀ) for E = W − Ŵ (Ŵ = 0 when w_hat is null), or without a Gram matrix the
+// importance-weighted Σ E². float products (an error needs no more), double sums.
+double error_sum(const MatrixIn& in, const float* w_hat) {
   const int64_t rows = in.rows, cols = in.cols;
-  if (!in.w || rows <= 0 || cols <= 0 || w_hat.size() != size_t(rows * cols))
-    throw Error(cat("quantize: relative_output_error: ", w_hat.size(), " quantized weights for a ", rows, " x ",
-                    cols, " matrix"));
-  double num = 0.0, den = 0.0;
   if (in.gram) {
-    // ‖X Eᵀ‖² = tr(E G Eᵀ) with E = W − Ŵ, and ‖X Wᵀ‖² = tr(W G Wᵀ). float products (a relative
-    // error needs no more), double sums.
-    MatF e(rows, cols), w(rows, cols);
+    MatF e(rows, cols);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < cols; ++j) {
         const size_t i = size_t(r * cols + j);
-        e(r, j) = in.w[i] - w_hat[i];
-        w(r, j) = in.w[i];
+        e(r, j) = w_hat ? in.w[i] - w_hat[i] : in.w[i];
       }
-    num = quadratic_trace(e, in.gram);
-    den = quadratic_trace(w, in.gram);
-  } else {
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < cols; ++j) {
-        const size_t i = size_t(r * cols + j);
-        const double a = in.importance ? double(in.importance[j]) : 1.0;
-        const double d = double(in.w[i]) - double(w_hat[i]);
-        num += a * d * d;
-        den += a * double(in.w[i]) * double(in.w[i]);
-      }
+    return quadratic_trace(e, in.gram);
   }
+  double sum = 0.0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) {
+      const size_t i = size_t(r * cols + j);
+      const double a = in.importance ? double(in.importance[j]) : 1.0;
+      const double d = double(in.w[i]) - (w_hat ? double(w_hat[i]) : 0.0);
+      sum += a * d * d;
+    }
+  return sum;
+}
+
+void check(const MatrixIn& in, const std::vector<float>& w_hat, const char* what) {
+  if (!in.w || in.rows <= 0 || in.cols <= 0 || w_hat.size() != size_t(in.rows * in.cols))
+    throw Error(cat("quantize: ", what, ": ", w_hat.size(), " quantized weights for a ", in.rows, " x ", in.cols,
+                    " matrix"));
+}
+
+}  // namespace
+
+double output_error(const MatrixIn& in, const std::vector<float>& w_hat) {
+  check(in, w_hat, "output_error");
+  return error_sum(in, w_hat.data());
+}
+
+double relative_output_error(const MatrixIn& in, const std::vector<float>& w_hat) {
+  check(in, w_hat, "relative_output_error");
+  const double num = error_sum(in, w_hat.data()), den = error_sum(in, nullptr);
   return den > 0.0 ? num / den : (num > 0.0 ? INFINITY : 0.0);
 }
 

@@ -1,5 +1,7 @@
 #include "quantize/scale_refit.h"
 
+#include <cblas.h>
+
 #include <Eigen/Cholesky>
 #include <Eigen/Core>
 #include <algorithm>
@@ -41,13 +43,18 @@ void refit_scales(const MatrixIn& in, bool four_levels, TernaryMatrix& out) {
         c(r, j) = float(out.codes[size_t((r0 + r) * cols + j)]);
         w(r, j) = in.w[(r0 + r) * cols + j];
       }
-    const MatF gw = w * g;  // row r: G·w_r
+    // Row r of gw: G·w_r (G symmetric). Row-major products, one SGEMM on this thread each.
+    MatF gw(nr, cols);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(nr), int(cols), int(cols), 1.0f, w.data(), int(cols),
+                g.data(), int(cols), 0.0f, gw.data(), int(cols));
+    MatF y(nr, cols);
     std::vector<MatD> m(size_t(nr), MatD::Zero(groups, groups));
     std::vector<Eigen::VectorXd> b(size_t(nr), Eigen::VectorXd::Zero(groups));
     for (Index gi = 0; gi < groups; ++gi) {
       // Row r of y: c_gᵀ G restricted to the columns of groups gi.. (M is symmetric).
       const Index j0 = gi * kGroup;
-      const MatF y = c.middleCols(j0, kGroup) * g.block(j0, j0, kGroup, cols - j0);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(nr), int(cols - j0), int(kGroup), 1.0f,
+                  c.data() + j0, int(cols), g.data() + j0 * cols + j0, int(cols), 0.0f, y.data(), int(cols));
       for (Index r = 0; r < nr; ++r) {
         for (Index h = gi; h < groups; ++h) {
           const double v = double(y.row(r).segment((h - gi) * kGroup, kGroup).dot(c.row(r).segment(h * kGroup, kGroup)));
