@@ -1,5 +1,6 @@
 #include "calibrate/runner.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -14,6 +15,9 @@ namespace bonsai::calib {
 namespace {
 
 std::atomic<int64_t> g_block_runs{0};
+
+// Input rows gathered per InputStats::add call (its Gram chunk, stats.cpp).
+constexpr int64_t kStatRows = 4096;
 
 double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -38,7 +42,7 @@ std::string input_key(const std::string& weight_name) {
 int64_t block_runs() { return g_block_runs.load(); }
 
 Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_windows, int64_t len,
-                       const CalibrateOptions& opts, const std::function<void(int64_t, const Stats&)>& quantize_block,
+                       const CalibrateOptions& opts, const QuantizeGroup& quantize_group,
                        const std::function<void(const BlockDone&)>& on_block, CalibrateTimes* times) {
   const ModelConfig& c = m.cfg;
   if (n_windows <= 0 || len <= 0 || int64_t(windows.size()) != n_windows * len)
@@ -77,46 +81,70 @@ Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_
   Session s(m, *be, len, len);
   Stats all;
   if (resume && opts.resume_stats) all = std::move(*opts.resume_stats);
-  std::vector<float> scratch(static_cast<size_t>(width));
+  // The inputs of every window between steps: inputs 0 and 2 (n_embd wide) in one buffer, inputs
+  // 1 and 3 (attention width, n_ff) in the other, each step reading one and writing the other.
+  const int64_t wide = std::max(s.block_input_width(1), s.block_input_width(3));
+  std::vector<float> narrow_in(size_t(n_windows * len * c.n_embd)), wide_in(size_t(n_windows * len * wide));
   for (int64_t l = opts.first_block; l < c.n_layer; ++l) {
-    // (a) statistics of the block's inputs, from a copy of the hidden states.
-    t0 = std::chrono::steady_clock::now();
-    Stats block;
-    s.set_observer([&](const Tensor& w, const float* x, int64_t n) {
-      if (input_key(w.name) != w.name) return;  // same input as a weight already observed
-      InputStats& st = block.by_weight[w.name];
-      if (st.cols == 0) {
-        st.cols = w.ne[0];
-        if (opts.gram) st.gram.assign(size_t(st.cols * st.cols), 0.0);
-      }
-      st.add(x, n);
-    });
-    for (int64_t w = 0; w < n_windows; ++w) {
-      std::memcpy(scratch.data(), hidden.data() + w * width, size_t(width) * sizeof(float));
-      s.run_block(l, scratch.data(), len);
-      ++g_block_runs;
-      kill_point("calibrate");
-    }
-    s.set_observer({});
-    for (auto& [name, st] : block.by_weight) {
-      st.round_to_f32();
-      all.by_weight[name] = std::move(st);
-    }
-    t.collect += since(t0);
-
-    // (b) the caller quantizes the block.
-    t0 = std::chrono::steady_clock::now();
-    if (quantize_block) quantize_block(l, all);
-    t.quantize += since(t0);
-
-    // (c) advance the hidden states through the quantized block (not needed after the last).
-    t0 = std::chrono::steady_clock::now();
-    if (l + 1 < c.n_layer)
+    // The last block's step 4 only advances x, which nothing reads after it.
+    const int steps = l + 1 < c.n_layer ? Session::kBlockSteps : Session::kBlockSteps - 1;
+    for (int step = 0; step < steps; ++step) {
+      // Step g forms input g (g < 4) from input g−1; `in` and `out` alternate between the buffers.
+      const bool out_wide = step % 2 == 1;
+      std::vector<float>& in_buf = out_wide ? narrow_in : wide_in;
+      std::vector<float>& out_buf = out_wide ? wide_in : narrow_in;
+      const int64_t in_w = step > 0 ? s.block_input_width(step - 1) : 0;
+      const int64_t out_w = step < 4 ? s.block_input_width(step) : 0;
+      // The group's input rows are gathered kStatRows at a time before InputStats::add: its Gram
+      // product is then one large SSYRK, and its fold into the double sum (a pass over cols²
+      // doubles) happens once per kStatRows rows rather than once per window.
+      Stats group;
+      std::string input;
+      std::vector<float> rows;
+      int64_t n_rows = 0;
+      auto flush = [&] {
+        if (n_rows > 0) group.by_weight[input].add(rows.data(), n_rows);
+        n_rows = 0;
+      };
+      auto observe = [&](const Tensor& w, const float* x, int64_t n) {
+        InputStats& st = group.by_weight[w.name];
+        if (st.cols == 0) {
+          input = w.name;
+          st.cols = w.ne[0];
+          if (opts.gram) st.gram.assign(size_t(st.cols * st.cols), 0.0);
+          rows.resize(size_t(std::max(kStatRows, n) * st.cols));
+        }
+        if (n_rows + n > kStatRows) flush();
+        std::memcpy(rows.data() + n_rows * st.cols, x, size_t(n * st.cols) * sizeof(float));
+        n_rows += n;
+      };
       for (int64_t w = 0; w < n_windows; ++w) {
-        s.run_block(l, hidden.data() + w * width, len);
-        ++g_block_runs;
+        t0 = std::chrono::steady_clock::now();
+        float* in = step > 0 ? in_buf.data() + w * len * in_w : nullptr;
+        float* out = step < 4 ? out_buf.data() + w * len * out_w : nullptr;
+        s.run_block_step(l, step, hidden.data() + w * width, in, out, len);
+        t.forward += since(t0);
+        t0 = std::chrono::steady_clock::now();
+        if (out) s.observe_group(l, step, out, len, observe);
+        t.collect += since(t0);
+        if (step == 0) {
+          ++g_block_runs;
+          kill_point("calibrate");
+        }
       }
-    t.advance += since(t0);
+      if (step == 4) break;
+      t0 = std::chrono::steady_clock::now();
+      flush();
+      for (auto& [name, st] : group.by_weight) {
+        st.round_to_f32();
+        all.by_weight[name] = std::move(st);
+      }
+      t.collect += since(t0);
+      // The caller quantizes the weights that read this input; the next step computes with them.
+      t0 = std::chrono::steady_clock::now();
+      if (quantize_group) quantize_group(l, input, all);
+      t.quantize += since(t0);
+    }
     if (opts.checkpoint) opts.checkpoint(l, hidden, all);
     if (on_block) on_block({l, c.n_layer, since(start), peak_rss_bytes()});
   }

@@ -1,8 +1,10 @@
-// Block-by-block calibration: every window's hidden states are kept in memory and advanced one
-// transformer block at a time. For block l the runner (a) runs the block over every window with
-// the Session observer collecting the statistics of the block's inputs, (b) lets the caller
-// replace the block's weights by quantized ones, (c) re-runs the block with those weights, so
-// block l+1 is calibrated on the outputs of the blocks already quantized (GPTQ's sequential mode).
+// Block-by-block calibration in GPTQ's true-sequential order: every window's hidden states are kept
+// in memory and advanced one transformer block at a time, and within a block one group of matrix
+// products at a time (q/k/v, attention output, gate/up, down: Session::run_block_step). For each
+// group the runner (a) forms the group's input over every window with the weights already
+// quantized, collecting its statistics, (b) lets the caller replace the group's weights by
+// quantized ones, and goes on with those. So every input is measured where the quantized model
+// will see it, and each window passes through each block once.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -34,7 +36,7 @@ struct CalibrateOptions {
 
 // Seconds spent per stage, summed over blocks.
 struct CalibrateTimes {
-  double embed = 0, collect = 0, quantize = 0, advance = 0;
+  double embed = 0, forward = 0, collect = 0, quantize = 0;
 };
 
 struct BlockDone {
@@ -43,15 +45,18 @@ struct BlockDone {
   int64_t peak_rss_bytes = 0;
 };
 
-// windows: n_windows × len token ids, row-major. quantize_block(l, stats) must replace block l's
-// weights in `m` (its LayerWeights pointers) and may leave them; `stats` holds every input
-// measured so far, rounded to what save_stats stores. Returns all statistics.
-// Runs on the CPU backend (hidden states live in host memory); threads as OpenMP is set.
+// windows: n_windows × len token ids, row-major. quantize_group(l, input, stats) is called for the
+// four groups of block l in order, `input` naming the group's statistics entry (its first weight:
+// input_key); it must replace the block-l weights that read that input in `m` (their LayerWeights
+// pointers), and may leave them. `stats` holds every input measured so far, rounded to what
+// save_stats stores. Returns all statistics. Runs on the CPU backend (hidden states live in host
+// memory); threads as OpenMP is set.
+using QuantizeGroup = std::function<void(int64_t l, const std::string& input, const Stats&)>;
 Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_windows, int64_t len,
-                       const CalibrateOptions& opts, const std::function<void(int64_t, const Stats&)>& quantize_block,
+                       const CalibrateOptions& opts, const QuantizeGroup& quantize_group,
                        const std::function<void(const BlockDone&)>& on_block = {}, CalibrateTimes* times = nullptr);
 
-// How many model forwards (block runs over a window) calibrate_blocks has done in this process:
+// How many block runs over a window calibrate_blocks has done in this process:
 // lets tests check that reusing saved statistics runs none.
 int64_t block_runs();
 

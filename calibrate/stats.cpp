@@ -49,26 +49,33 @@ void InputStats::add(const float* x, int64_t n) {
   for (int64_t r0 = 0; r0 < n; r0 += kGramChunk) {
     const int64_t m = std::min(kGramChunk, n - r0);
     const float* xs = x + r0 * cols;
+    // By strips of columns, each summed down the rows in order: rows are read contiguously.
+    constexpr int64_t kStrip = 64;
 #pragma omp parallel for schedule(static) if (m * cols > 65536)
-    for (int64_t c = 0; c < cols; ++c) {
-      double s = 0;
+    for (int64_t c0 = 0; c0 < cols; c0 += kStrip) {
+      const int64_t nc = std::min(kStrip, cols - c0);
+      double s[kStrip] = {};
       for (int64_t r = 0; r < m; ++r) {
-        const double v = xs[r * cols + c];
-        s += v * v;
+        const float* row = xs + r * cols + c0;
+        for (int64_t c = 0; c < nc; ++c) s[c] += double(row[c]) * double(row[c]);
       }
-      sum_sq[size_t(c)] += s;
+      for (int64_t c = 0; c < nc; ++c) sum_sq[size_t(c0 + c)] += s[c];
     }
     if (want_gram) {
-      // The lower triangle of XᵀX (row i, columns ≤ i), mirrored into the symmetric double sum.
+      // The lower triangle of XᵀX (row i, columns ≤ i), mirrored into the symmetric double sum by
+      // tiles, so that the transposed writes stay in cache.
       cblas_ssyrk(CblasRowMajor, CblasLower, CblasTrans, int(cols), int(m), 1.0f, xs, int(cols), 0.0f, g.get(),
                   int(cols));
-#pragma omp parallel for schedule(dynamic, 16) if (cols * cols > 65536)
-      for (int64_t i = 0; i < cols; ++i)
-        for (int64_t j = 0; j <= i; ++j) {
-          const double v = g[size_t(i * cols + j)];
-          gram[size_t(i * cols + j)] += v;
-          if (j != i) gram[size_t(j * cols + i)] += v;
-        }
+      constexpr int64_t kTile = 64;
+#pragma omp parallel for schedule(dynamic, 1) if (cols * cols > 65536)
+      for (int64_t i0 = 0; i0 < cols; i0 += kTile)
+        for (int64_t j0 = 0; j0 <= i0; j0 += kTile)
+          for (int64_t i = i0; i < std::min(cols, i0 + kTile); ++i)
+            for (int64_t j = j0; j < std::min(i + 1, j0 + kTile); ++j) {
+              const double v = g[size_t(i * cols + j)];
+              gram[size_t(i * cols + j)] += v;
+              if (j != i) gram[size_t(j * cols + i)] += v;
+            }
     }
   }
   rows_seen += n;

@@ -312,9 +312,12 @@ QuantizeResult run_quantize(const QuantizeOptions& o, const QuantizeEvents& ev, 
   std::deque<Tensor> quantized;
   std::map<std::string, const Tensor*> by_name;
   std::map<std::string, std::vector<Tensor>> residual_tensors;  // by base name: written after it
-  auto quantize_block = [&](int64_t l, const calib::Stats& stats) {
+  // Quantizes the block-l weights that read `input` (a statistics key: calib::input_key), or all
+  // of them when `input` is empty.
+  auto quantize_block = [&](int64_t l, const std::string& input, const calib::Stats& stats) {
     for (const Tensor** slot : block_weights(m->layers[size_t(l)])) {
       const Tensor& w = **slot;
+      if (!input.empty() && calib::input_key(w.name) != input) continue;
       const TensorPlan* tp = rp.find(w.name);
       const calib::InputStats* st = nullptr;
       if (auto it = stats.by_weight.find(calib::input_key(w.name)); it != stats.by_weight.end()) st = &it->second;
@@ -484,7 +487,7 @@ QuantizeResult run_quantize(const QuantizeOptions& o, const QuantizeEvents& ev, 
     info(cat("statistics loaded from ", o.stats_path, ": no model forward"));
     stage("load statistics");
     for (int64_t l = done; l < n_layer; ++l) {
-      quantize_block(l, stats);
+      quantize_block(l, "", stats);
       checkpoint_block(l, nullptr, nullptr);
     }
     stage("quantize");
@@ -536,9 +539,9 @@ QuantizeResult run_quantize(const QuantizeOptions& o, const QuantizeEvents& ev, 
     res.calibrated = true;
     res.calib_tokens = o.calib_windows * o.calib_len;
     res.stages.emplace_back("calibrate: embed", ct.embed);
-    res.stages.emplace_back("calibrate: statistics forward", ct.collect);
+    res.stages.emplace_back("calibrate: forward", ct.forward);
+    res.stages.emplace_back("calibrate: statistics", ct.collect);
     res.stages.emplace_back("calibrate: quantize", ct.quantize);
-    res.stages.emplace_back("calibrate: advance forward", ct.advance);
     t0 = Clock::now();
     if (!o.stats_path.empty()) {
       calib::save_stats(o.stats_path, stats);
@@ -547,7 +550,7 @@ QuantizeResult run_quantize(const QuantizeOptions& o, const QuantizeEvents& ev, 
     }
   } else {
     for (int64_t l = done; l < n_layer; ++l) {
-      quantize_block(l, stats);
+      quantize_block(l, "", stats);
       checkpoint_block(l, nullptr, nullptr);
     }
     stage("quantize");

@@ -27,57 +27,99 @@ Session::Session(const Model& model, Backend& backend, int64_t n_ctx, int64_t n_
   logits_ = be_.alloc(nb * c.n_vocab);
 }
 
+float* Session::product_input(const Tensor& w, float* x, int64_t n, float* scratch) {
+  if (m_.hadamard.empty() || !m_.hadamard.rotates(w.name)) return x;
+  // Rotate a copy: x is shared by the other weights that read the same input (q/k/v, gate/up).
+  be_.copy(x, scratch, n * w.ne[0]);
+  be_.hadamard(m_.hadamard, scratch, n, w.ne[0], false);
+  return scratch;
+}
+
 void Session::linear(const Tensor& w, float* x, int64_t n, float* y, float* scratch) {
-  if (!m_.hadamard.empty() && m_.hadamard.rotates(w.name)) {
-    // Rotate a copy: x is shared by the other weights that read the same input (q/k/v, gate/up).
-    be_.copy(x, scratch, n * w.ne[0]);
-    be_.hadamard(m_.hadamard, scratch, n, w.ne[0], false);
-    x = scratch;
-  }
+  x = product_input(w, x, n, scratch);
   if (observer_) observer_(w, x, n);
   be_.matmul(w, x, n, y);
   if (const auto it = m_.residuals.find(&w); it != m_.residuals.end()) be_.matmul_residual(it->second, x, n, y);
 }
 
-void Session::run_block(int64_t l, float* x, int64_t n) {
-  if (n > n_batch_) throw Error(cat("run_block of ", n, " tokens exceeds the batch size ", n_batch_));
+int64_t Session::block_input_width(int group) const {
+  const ModelConfig& c = m_.cfg;
+  switch (group) {
+    case 0: case 2: return c.n_embd;
+    case 1: return c.n_head * c.head_dim;
+    case 3: return c.n_ff;
+    default: throw Error(cat("block input ", group, " does not exist (a block has four: 0..3)"));
+  }
+}
+
+void Session::run_block_step(int64_t l, int step, float* x, float* in, float* out, int64_t n) {
+  if (n > n_batch_) throw Error(cat("run_block_step of ", n, " tokens exceeds the batch size ", n_batch_));
+  if (l < 0 || l >= m_.cfg.n_layer || step < 0 || step >= kBlockSteps)
+    throw Error(cat("block ", l, " step ", step, " does not exist (", m_.cfg.n_layer, " blocks of ", kBlockSteps,
+                    " steps)"));
   pos_ = 0;
-  block(l, x, n);
+  block_step(l, step, x, in, out, n);
   pos_ = 0;
 }
 
+void Session::observe_group(int64_t l, int group, float* in, int64_t n, const LinearObserver& f) {
+  if (group < 0 || group > 3) throw Error(cat("block input ", group, " does not exist (a block has four: 0..3)"));
+  const LayerWeights& w = m_.layers[size_t(l)];
+  const Tensor* first[] = {w.wq, w.wo, w.gate, w.down};
+  const Tensor& t = *first[group];
+  f(t, product_input(t, in, n, tmp_), n);
+}
+
 void Session::block(int64_t l, float* x, int64_t n) {
+  block_step(l, 0, x, nullptr, xn_, n);
+  block_step(l, 1, x, xn_, att_, n);
+  block_step(l, 2, x, att_, xn_, n);
+  block_step(l, 3, x, xn_, g_, n);
+  block_step(l, 4, x, g_, nullptr, n);
+}
+
+void Session::block_step(int64_t l, int step, float* x, float* in, float* out, int64_t n) {
   const ModelConfig& c = m_.cfg;
   const int64_t kv_dim = c.n_head_kv * c.head_dim;
   const LayerWeights& w = m_.layers[size_t(l)];
-  // Attention block.
-  be_.rmsnorm(x, w.attn_norm, n, c.n_embd, c.rms_eps, xn_);
-  linear(*w.wq, xn_, n, q_, tmp_);
-  linear(*w.wk, xn_, n, k_, tmp_);
-  linear(*w.wv, xn_, n, v_, tmp_);
-  if (c.qkv_bias) {
-    be_.add_bias(q_, w.bias_q, n);
-    be_.add_bias(k_, w.bias_k, n);
-    be_.add_bias(v_, w.bias_v, n);
+  switch (step) {
+    case 0:  // the attention input
+      be_.rmsnorm(x, w.attn_norm, n, c.n_embd, c.rms_eps, out);
+      return;
+    case 1:  // q/k/v and attention over this sequence's cache: the output projection's input
+      linear(*w.wq, in, n, q_, tmp_);
+      linear(*w.wk, in, n, k_, tmp_);
+      linear(*w.wv, in, n, v_, tmp_);
+      if (c.qkv_bias) {
+        be_.add_bias(q_, w.bias_q, n);
+        be_.add_bias(k_, w.bias_k, n);
+        be_.add_bias(v_, w.bias_v, n);
+      }
+      if (c.qk_norm) {
+        be_.rmsnorm(q_, w.q_norm, n * c.n_head, c.head_dim, c.rms_eps, q_);
+        be_.rmsnorm(k_, w.k_norm, n * c.n_head_kv, c.head_dim, c.rms_eps, k_);
+      }
+      be_.rope(q_, n, c.n_head, c.head_dim, c.n_rot, pos_, c.rope_base, c.rope_neox);
+      be_.rope(k_, n, c.n_head_kv, c.head_dim, c.n_rot, pos_, c.rope_base, c.rope_neox);
+      be_.store_kv(k_, k_cache_[size_t(l)], pos_, n, kv_dim);
+      be_.store_kv(v_, v_cache_[size_t(l)], pos_, n, kv_dim);
+      be_.attention(q_, k_cache_[size_t(l)], v_cache_[size_t(l)], n, pos_, c.n_head, c.n_head_kv, c.head_dim, out);
+      return;
+    case 2:  // the attention output added to x; the feed-forward input (out holds wo·in first)
+      linear(*w.wo, in, n, out, tmp_);
+      be_.add(x, out, n * c.n_embd);
+      be_.rmsnorm(x, w.ffn_norm, n, c.n_embd, c.rms_eps, out);
+      return;
+    case 3:  // SwiGLU: the down projection's input
+      linear(*w.gate, in, n, out, tmp_);
+      linear(*w.up, in, n, u_, tmp_);
+      be_.silu_mul(out, u_, n * c.n_ff);
+      return;
+    case 4:  // the feed-forward output added to x (xn_ is free here: block() passes g_ as in)
+      linear(*w.down, in, n, xn_, tmp_);
+      be_.add(x, xn_, n * c.n_embd);
+      return;
   }
-  if (c.qk_norm) {
-    be_.rmsnorm(q_, w.q_norm, n * c.n_head, c.head_dim, c.rms_eps, q_);
-    be_.rmsnorm(k_, w.k_norm, n * c.n_head_kv, c.head_dim, c.rms_eps, k_);
-  }
-  be_.rope(q_, n, c.n_head, c.head_dim, c.n_rot, pos_, c.rope_base, c.rope_neox);
-  be_.rope(k_, n, c.n_head_kv, c.head_dim, c.n_rot, pos_, c.rope_base, c.rope_neox);
-  be_.store_kv(k_, k_cache_[size_t(l)], pos_, n, kv_dim);
-  be_.store_kv(v_, v_cache_[size_t(l)], pos_, n, kv_dim);
-  be_.attention(q_, k_cache_[size_t(l)], v_cache_[size_t(l)], n, pos_, c.n_head, c.n_head_kv, c.head_dim, att_);
-  linear(*w.wo, att_, n, xn_, tmp_);
-  be_.add(x, xn_, n * c.n_embd);
-  // Feed-forward block (SwiGLU).
-  be_.rmsnorm(x, w.ffn_norm, n, c.n_embd, c.rms_eps, xn_);
-  linear(*w.gate, xn_, n, g_, tmp_);
-  linear(*w.up, xn_, n, u_, tmp_);
-  be_.silu_mul(g_, u_, n * c.n_ff);
-  linear(*w.down, g_, n, xn_, tmp_);
-  be_.add(x, xn_, n * c.n_embd);
 }
 
 void Session::eval(const int32_t* ids, int64_t n, int64_t logits_from, float* logits) {

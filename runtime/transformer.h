@@ -27,15 +27,29 @@ class Session {
   // the Hadamard rotation when the file rotates w), before the product.
   using LinearObserver = std::function<void(const Tensor& w, const float* x, int64_t n)>;
   void set_observer(LinearObserver f) { observer_ = std::move(f); }
-  // Runs transformer block l alone over a fresh sequence of n tokens (positions 0..n-1), x
-  // (n × n_embd, backend memory) in place: calibration advances hidden states block by block.
-  void run_block(int64_t l, float* x, int64_t n);
+
+  // Calibration in GPTQ's true-sequential order: block l as five steps between the inputs of its
+  // four groups of matrix products (0: q/k/v, 1: attention output, 2: gate/up, 3: down), over a
+  // fresh sequence of n tokens (positions 0..n-1). Step 0 forms input 0 from the residual stream
+  // x into `out`; step g = 1..3 runs group g−1's products on `in` (input g−1) and forms input g in
+  // `out`; step 4 runs the down projection on `in` and adds it to x (`out` unused). Buffers are
+  // backend memory of n rows, input g having block_input_width(g) floats a row; `in` and `out`
+  // must differ. The forward pass runs the same steps, so the two cannot disagree.
+  static constexpr int kBlockSteps = 5;
+  void run_block_step(int64_t l, int step, float* x, float* in, float* out, int64_t n);
+  int64_t block_input_width(int group) const;
+  // Calls f once with group g's first weight and what its products see of `in` (input g, n rows;
+  // rotated when the file rotates them): that group's calibration statistics.
+  void observe_group(int64_t l, int group, float* in, int64_t n, const LinearObserver& f);
 
  private:
   // y = W x, with the Hadamard transform on x first when the file rotated W.
   void linear(const Tensor& w, float* x, int64_t n, float* y, float* scratch);
-  // Block l on x_ (n tokens at positions pos_..), updating the KV cache.
+  // What W's product sees of x: x, or its rotated copy in `scratch` when the file rotated W.
+  float* product_input(const Tensor& w, float* x, int64_t n, float* scratch);
+  // Block l on x (n tokens at positions pos_..), updating the KV cache: the five steps in order.
   void block(int64_t l, float* x, int64_t n);
+  void block_step(int64_t l, int step, float* x, float* in, float* out, int64_t n);
   // Final norm and output head of rows [logits_from, n) of x_ into logits_ (backend memory).
   void head(int64_t n, int64_t logits_from);
 

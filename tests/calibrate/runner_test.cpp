@@ -1,8 +1,9 @@
 // The block-by-block runner on stories260K (5 blocks, tiny): its statistics equal those a full
-// forward observes, the blocks are quantized in order, and each block is advanced with the
-// weights the callback put in (sequential calibration).
+// forward observes, the groups of each block are quantized in order, and each later input is
+// computed with the weights the callback put in (true-sequential calibration).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "calibrate/runner.h"
@@ -63,19 +64,25 @@ TEST(Runner, StatisticsEqualAFullForwardAndBlocksComeInOrder) {
   auto m = load_model(test::shared_file(kModel).string());
   const int64_t n = 3, len = 32;
   const auto windows = windows_of(n, len, m->cfg.n_vocab);
-  std::vector<int64_t> order;
+  std::vector<std::string> order;
   std::vector<int64_t> progress;
   const int64_t runs0 = block_runs();
   CalibrateOptions o;
   o.gram = true;
   const Stats got = calibrate_blocks(
       *m, windows, n, len, o,
-      [&](int64_t l, const Stats& s) {
-        order.push_back(l);
-        // The block's own inputs are measured before it is quantized.
+      [&](int64_t l, const std::string& input, const Stats& s) {
+        order.push_back(input);
+        // The group's input is measured before it is quantized; the next group's is not yet.
         const std::string p = "blk." + std::to_string(l) + ".";
-        for (const char* w : {"attn_q.weight", "attn_output.weight", "ffn_gate.weight", "ffn_down.weight"})
-          EXPECT_TRUE(s.by_weight.count(p + w)) << p << w;
+        const std::vector<std::string> inputs = {p + "attn_q.weight", p + "attn_output.weight", p + "ffn_gate.weight",
+                                                 p + "ffn_down.weight"};
+        const auto at = std::find(inputs.begin(), inputs.end(), input);
+        ASSERT_NE(at, inputs.end()) << input;
+        EXPECT_TRUE(s.by_weight.count(input)) << input;
+        if (at + 1 != inputs.end()) {
+          EXPECT_FALSE(s.by_weight.count(*(at + 1))) << *(at + 1);
+        }
         EXPECT_FALSE(s.by_weight.count(p + "attn_k.weight"));
       },
       [&](const BlockDone& b) {
@@ -83,9 +90,13 @@ TEST(Runner, StatisticsEqualAFullForwardAndBlocksComeInOrder) {
         EXPECT_EQ(b.n_blocks, m->cfg.n_layer);
         EXPECT_GT(b.peak_rss_bytes, 0);
       });
-  EXPECT_EQ(order, (std::vector<int64_t>{0, 1, 2, 3, 4}));
-  EXPECT_EQ(progress, order);
-  EXPECT_EQ(block_runs() - runs0, n * (2 * m->cfg.n_layer - 1));  // measure each block, advance all but the last
+  std::vector<std::string> want_order;
+  for (int64_t l = 0; l < m->cfg.n_layer; ++l)
+    for (const char* w : {"attn_q", "attn_output", "ffn_gate", "ffn_down"})
+      want_order.push_back("blk." + std::to_string(l) + "." + w + ".weight");
+  EXPECT_EQ(order, want_order);
+  EXPECT_EQ(progress, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(block_runs() - runs0, n * m->cfg.n_layer);  // each window passes through each block once
   EXPECT_EQ(got.by_weight.size(), size_t(4 * m->cfg.n_layer));
   EXPECT_EQ(got.by_weight.at("blk.2.ffn_down.weight").cols, m->cfg.n_ff);
   EXPECT_EQ(got.by_weight.at("blk.2.ffn_down.weight").rows_seen, n * len);
@@ -117,15 +128,18 @@ TEST(Runner, AdvancesWithTheWeightsTheCallbackPutIn) {
   zero_outputs(*ref, 1, keep_ref, zeros);
   const int64_t n = 2, len = 16;
   const auto windows = windows_of(n, len, m->cfg.n_vocab);
-  const Stats got = calibrate_blocks(*m, windows, n, len, {}, [&](int64_t l, const Stats&) {
-    if (l == 1) zero_outputs(*m, 1, keep_m, zeros);
+  const Stats got = calibrate_blocks(*m, windows, n, len, {}, [&](int64_t l, const std::string& input, const Stats&) {
+    if (l == 1 && input == "blk.1.attn_output.weight") zero_outputs(*m, 1, keep_m, zeros);
   });
   const Stats want = observed(*ref, windows, n, len, false);
-  // Blocks 0-1 were measured before the change; blocks 2.. see the zeroed block 1, like `ref`.
+  // Block 0 and block 1's first two inputs were measured before the change; block 1's
+  // feed-forward inputs (true-sequential: after its output projection was replaced) and blocks
+  // 2.. see the zeroed projections, like `ref`.
   Stats got_late, want_late;
   for (const auto& [k, v] : got.by_weight)
-    if (k.rfind("blk.0.", 0) != 0 && k.rfind("blk.1.", 0) != 0) got_late.by_weight[k] = v, want_late.by_weight[k] = want.by_weight.at(k);
-  EXPECT_EQ(got_late.by_weight.size(), 12u);
+    if (k.rfind("blk.0.", 0) != 0 && k != "blk.1.attn_q.weight" && k != "blk.1.attn_output.weight")
+      got_late.by_weight[k] = v, want_late.by_weight[k] = want.by_weight.at(k);
+  EXPECT_EQ(got_late.by_weight.size(), 14u);
   expect_close(got_late, want_late);
   // ... and differ from the unmodified model's (the test would pass vacuously otherwise).
   auto plain = load_model(test::shared_file(kModel).string());
