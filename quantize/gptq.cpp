@@ -20,6 +20,9 @@ using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic>;
 using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;
 using Eigen::Index;
 
+// Rows per thread's share of a lazy batch (see pass() in gptq_ternary).
+constexpr Index kRowTile = 64;
+
 // GPTQ's Hinv: the upper Cholesky factor U of H⁻¹ (H⁻¹ = UᵀU). With P the order reversal and
 // PHP = L Lᵀ, H = R Rᵀ for the upper R = P L P, so H⁻¹ = R⁻ᵀR⁻¹ and U = R⁻¹ = P L⁻¹ P: one
 // Cholesky and one triangular inverse (LAPACK's dpotrf and dtrtri, n³/3 each), no explicit H⁻¹.
@@ -90,39 +93,43 @@ void gptq_ternary(const MatrixIn& in, const MethodOptions& opts, TernaryMatrix& 
     // updates from the columns before it. The result does not depend on the block size (the lazy
     // batch is an exact reordering of GPTQ's updates); only the speed does.
     std::vector<float> scale(static_cast<size_t>(rows));
-    Eigen::VectorXf err(rows);
     MatF err_block;
     for (Index i1 = 0; i1 < cols; i1 += block) {
       const Index i2 = std::min(cols, i1 + block), count = i2 - i1;
       err_block.resize(rows, count);
-      for (Index j = i1; j < i2; ++j) {
-        if (j % kGroup == 0) {
-          const Index g = j / kGroup;
+      // Inside a lazy batch every update stays within its row, so tiles of rows run the batch's
+      // columns independently, each row in the order of the serial algorithm (same bytes).
 #pragma omp parallel
-          {
-            std::vector<float> wg(kGroup);
-            std::vector<int8_t> scratch(kGroup);
+      {
+        std::vector<float> wg(kGroup);
+        std::vector<int8_t> scratch(kGroup);
 #pragma omp for schedule(static)
-            for (Index r = 0; r < rows; ++r) {
-              uint16_t& d = out.scales[size_t(r * groups + g)];
-              if (!fixed) {
+        for (Index r0 = 0; r0 < rows; r0 += kRowTile) {
+          const Index nr = std::min(kRowTile, rows - r0);
+          for (Index j = i1; j < i2; ++j) {
+            if (j % kGroup == 0 && !fixed) {
+              const Index g = j / kGroup;
+              for (Index r = r0; r < r0 + nr; ++r) {
                 for (Index k = 0; k < kGroup; ++k) wg[size_t(k)] = w(r, j + k);
-                d = fit_optimal(wg.data(), importance.data() + j, kGroup, scratch.data());
+                uint16_t d = fit_optimal(wg.data(), importance.data() + j, kGroup, scratch.data());
                 if (opts.four_levels) d = refine_grid4(wg.data(), importance.data() + j, kGroup, scratch.data(), d);
+                out.scales[size_t(r * groups + g)] = d;
               }
-              scale[size_t(r)] = fp16_to_f32(d);
             }
+            if (j % kGroup == 0)
+              for (Index r = r0; r < r0 + nr; ++r) scale[size_t(r)] = fp16_to_f32(out.scales[size_t(r * groups + j / kGroup)]);
+            const float hjj = hinv(j, j);
+            for (Index r = r0; r < r0 + nr; ++r) {
+              const float x = w(r, j);
+              const int8_t q = opts.four_levels ? code_for_grid4(x, scale[size_t(r)]) : code_for_scale(x, scale[size_t(r)]);
+              out.codes[size_t(r * cols + j)] = q;
+              err_block(r, j - i1) = (x - float(q) * scale[size_t(r)]) / hjj;
+            }
+            if (j + 1 < i2)
+              w.block(r0, j + 1, nr, i2 - j - 1).noalias() -=
+                  err_block.col(j - i1).segment(r0, nr) * hinv.row(j).segment(j + 1, i2 - j - 1);
           }
         }
-        const float hjj = hinv(j, j);
-        for (Index r = 0; r < rows; ++r) {
-          const float x = w(r, j);
-          const int8_t q = opts.four_levels ? code_for_grid4(x, scale[size_t(r)]) : code_for_scale(x, scale[size_t(r)]);
-          out.codes[size_t(r * cols + j)] = q;
-          err[r] = (x - float(q) * scale[size_t(r)]) / hjj;
-        }
-        err_block.col(j - i1) = err;
-        if (j + 1 < i2) w.middleCols(j + 1, i2 - j - 1).noalias() -= err * hinv.row(j).segment(j + 1, i2 - j - 1);
       }
       // The lazy batch's update of every later column, rows × count × (cols − i2): almost all of
       // GPTQ's work, one SGEMM (column-major, as Eigen stores w and hinv).
@@ -135,14 +142,15 @@ void gptq_ternary(const MatrixIn& in, const MethodOptions& opts, TernaryMatrix& 
 
   pass(false);
   if (opts.refit_scales) {
-    refit_scales(in, opts.four_levels, out);
+    const ScaleRefit refit(in);
+    refit.apply(opts.four_levels, out);
     // Further passes alternate codes (GPTQ, scales fixed) and scales (refit, codes fixed); a pass
     // that does not lower the output error is undone, so the result never gets worse.
     double best = output_error(in, out.dequantize());
     for (int p = 1; p < opts.gptq_passes; ++p) {
       const TernaryMatrix prev = out;
       pass(true);
-      refit_scales(in, opts.four_levels, out);
+      refit.apply(opts.four_levels, out);
       const double e = output_error(in, out.dequantize());
       if (!(e < best)) {
         out = prev;

@@ -56,6 +56,7 @@ double error_sum(const MatrixIn& in, const float* w_hat) {
   const int64_t rows = in.rows, cols = in.cols;
   if (in.gram) {
     MatF e(rows, cols);
+#pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < cols; ++j) {
         const size_t i = size_t(r * cols + j);

@@ -28,33 +28,41 @@ double row_objective(const MatD& m, const Eigen::VectorXd& b, const Eigen::Vecto
 
 }  // namespace
 
-void refit_scales(const MatrixIn& in, bool four_levels, TernaryMatrix& out) {
-  const Index rows = in.rows, cols = in.cols, groups = cols / kGroup;
-  MatF g(cols, cols);
-  for (Index i = 0; i < cols; ++i)
-    for (Index j = 0; j < cols; ++j) g(i, j) = float(in.gram[i * cols + j]);
+void refit_scales(const MatrixIn& in, bool four_levels, TernaryMatrix& out) { ScaleRefit(in).apply(four_levels, out); }
 
+ScaleRefit::ScaleRefit(const MatrixIn& in) : in_(in) {
+  const Index rows = in.rows, cols = in.cols;
+  g_.resize(size_t(cols * cols));
+  for (Index i = 0; i < cols * cols; ++i) g_[size_t(i)] = float(in.gram[i]);
+  gw_.resize(size_t(rows * cols));
+  // By the row panels apply() uses, one SGEMM on one thread each: the thread count cannot change
+  // a bit of it.
+#pragma omp parallel for schedule(dynamic, 1)
+  for (Index r0 = 0; r0 < rows; r0 += kRowPanel)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(std::min(kRowPanel, rows - r0)), int(cols), int(cols),
+                1.0f, in.w + r0 * cols, int(cols), g_.data(), int(cols), 0.0f, gw_.data() + r0 * cols, int(cols));
+}
+
+void ScaleRefit::apply(bool four_levels, TernaryMatrix& out) const {
+  const MatrixIn& in = in_;
+  const Index rows = in.rows, cols = in.cols, groups = cols / kGroup;
+  const float* g = g_.data();
 #pragma omp parallel for schedule(dynamic, 1)
   for (Index r0 = 0; r0 < rows; r0 += kRowPanel) {
     const Index nr = std::min(kRowPanel, rows - r0);
-    MatF c(nr, cols), w(nr, cols);
+    MatF c(nr, cols);
     for (Index r = 0; r < nr; ++r)
-      for (Index j = 0; j < cols; ++j) {
-        c(r, j) = float(out.codes[size_t((r0 + r) * cols + j)]);
-        w(r, j) = in.w[(r0 + r) * cols + j];
-      }
-    // Row r of gw: G·w_r (G symmetric). Row-major products, one SGEMM on this thread each.
-    MatF gw(nr, cols);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(nr), int(cols), int(cols), 1.0f, w.data(), int(cols),
-                g.data(), int(cols), 0.0f, gw.data(), int(cols));
-    MatF y(nr, cols);
+      for (Index j = 0; j < cols; ++j) c(r, j) = float(out.codes[size_t((r0 + r) * cols + j)]);
+    // Row r of gw: G·w_r (G symmetric), computed once for every refit.
+    const Eigen::Map<const MatF> gw(gw_.data() + r0 * cols, nr, cols);
+    MatF y(nr, cols);  // row-major products, one SGEMM on this thread each
     std::vector<MatD> m(size_t(nr), MatD::Zero(groups, groups));
     std::vector<Eigen::VectorXd> b(size_t(nr), Eigen::VectorXd::Zero(groups));
     for (Index gi = 0; gi < groups; ++gi) {
       // Row r of y: c_gᵀ G restricted to the columns of groups gi.. (M is symmetric).
       const Index j0 = gi * kGroup;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(nr), int(cols - j0), int(kGroup), 1.0f,
-                  c.data() + j0, int(cols), g.data() + j0 * cols + j0, int(cols), 0.0f, y.data(), int(cols));
+                  c.data() + j0, int(cols), g + j0 * cols + j0, int(cols), 0.0f, y.data(), int(cols));
       for (Index r = 0; r < nr; ++r) {
         for (Index h = gi; h < groups; ++h) {
           const double v = double(y.row(r).segment((h - gi) * kGroup, kGroup).dot(c.row(r).segment(h * kGroup, kGroup)));

@@ -5,6 +5,8 @@
 // row: with ŵ_r = Σ_g d_g c_g (c_g: the codes of group g, zero elsewhere),
 //   Σ_h (c_gᵀ G c_h) d_h = c_gᵀ G w_r   for every group g of the row.
 #pragma once
+#include <vector>
+
 #include "quantize/ternary.h"
 
 namespace bonsai::quant {
@@ -15,5 +17,17 @@ namespace bonsai::quant {
 // grid). The output error never gets worse than with the scales it started from, up to fp16
 // rounding: those scales are one point of the minimised quadratic (tests/quantize check it).
 void refit_scales(const MatrixIn& in, bool four_levels, TernaryMatrix& out);
+
+// The same for several refits of one matrix (GPTQ's passes): G and G·w_r, which do not depend on
+// the codes, are computed once.
+class ScaleRefit {
+ public:
+  explicit ScaleRefit(const MatrixIn& in);
+  void apply(bool four_levels, TernaryMatrix& out) const;
+
+ private:
+  const MatrixIn& in_;
+  std::vector<float> g_, gw_;  // G (cols × cols) and W·G (rows × cols), row-major
+};
 
 }  // namespace bonsai::quant
