@@ -16,8 +16,8 @@ namespace bonsai::calib {
 namespace {
 
 // Rows per float Gram product before it is folded into the double sum: float keeps the product
-// fast (OpenBLAS's SSYRK, half a GEMM's work, near the FMA peak), the periodic double accumulation
-// keeps 10⁵+ rows exact enough.
+// fast (OpenBLAS SGEMMs over the lower triangle, about half a GEMM's work, near the FMA peak), the
+// periodic double accumulation keeps 10⁵+ rows exact enough.
 constexpr int64_t kGramChunk = 4096;
 
 constexpr const char* kVersion = "bonsai.calib.version";
@@ -44,7 +44,7 @@ void InputStats::add(const float* x, int64_t n) {
   const bool want_gram = !gram.empty();
   if (want_gram && int64_t(gram.size()) != cols * cols)
     throw Error(cat("InputStats::add: gram has ", gram.size(), " entries, not ", cols, "²"));
-  // Left uninitialized: SSYRK with beta 0 writes every element read below.
+  // Left uninitialized: the products (beta 0) write every element read below.
   const std::unique_ptr<float[]> g(want_gram ? new float[size_t(cols * cols)] : nullptr);
   for (int64_t r0 = 0; r0 < n; r0 += kGramChunk) {
     const int64_t m = std::min(kGramChunk, n - r0);
@@ -62,10 +62,17 @@ void InputStats::add(const float* x, int64_t n) {
       for (int64_t c = 0; c < nc; ++c) sum_sq[size_t(c0 + c)] += s[c];
     }
     if (want_gram) {
-      // The lower triangle of XᵀX (row i, columns ≤ i), mirrored into the symmetric double sum by
-      // tiles, so that the transposed writes stay in cache.
-      cblas_ssyrk(CblasRowMajor, CblasLower, CblasTrans, int(cols), int(m), 1.0f, xs, int(cols), 0.0f, g.get(),
-                  int(cols));
+      // The lower triangle of XᵀX (row i, columns ≤ i) by panels of rows, one SGEMM on one thread
+      // each (the thread count cannot change a bit; a panel's diagonal block is computed whole),
+      // then mirrored into the symmetric double sum by tiles, so that transposed writes stay in
+      // cache.
+      constexpr int64_t kPanel = 256;
+#pragma omp parallel for schedule(dynamic, 1)
+      for (int64_t i0 = 0; i0 < cols; i0 += kPanel) {
+        const int64_t ni = std::min(kPanel, cols - i0);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(ni), int(i0 + ni), int(m), 1.0f, xs + i0, int(cols),
+                    xs, int(cols), 0.0f, g.get() + i0 * cols, int(cols));
+      }
       constexpr int64_t kTile = 64;
 #pragma omp parallel for schedule(dynamic, 1) if (cols * cols > 65536)
       for (int64_t i0 = 0; i0 < cols; i0 += kTile)

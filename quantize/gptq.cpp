@@ -20,8 +20,8 @@ using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic>;
 using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;
 using Eigen::Index;
 
-// Rows per thread's share of a lazy batch (see pass() in gptq_ternary).
-constexpr Index kRowTile = 64;
+// Rows per thread's share of a lazy batch, columns per panel of its update (pass() in gptq_ternary).
+constexpr Index kRowTile = 64, kPanel = 256;
 
 // GPTQ's Hinv: the upper Cholesky factor U of H⁻¹ (H⁻¹ = UᵀU). With P the order reversal and
 // PHP = L Lᵀ, H = R Rᵀ for the upper R = P L P, so H⁻¹ = R⁻ᵀR⁻¹ and U = R⁻¹ = P L⁻¹ P: one
@@ -30,11 +30,19 @@ constexpr Index kRowTile = 64;
 MatF inverse_cholesky_upper(MatD& h) {
   const Index n = h.rows();
   h.reverseInPlace();
-  if (LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'L', int(n), h.data(), int(n)) != 0)
+  // On one thread: called inside a parallel region, OpenBLAS's OpenMP build runs single-threaded,
+  // so the factors do not depend on the thread count (its threaded LAPACK splits work by it).
+  int potrf = 0, trtri = 0;
+#pragma omp parallel
+#pragma omp single
+  {
+    potrf = LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'L', int(n), h.data(), int(n));
+    if (potrf == 0) trtri = LAPACKE_dtrtri(LAPACK_COL_MAJOR, 'L', 'N', int(n), h.data(), int(n));
+  }
+  if (potrf != 0)
     throw Error(cat("quantize: gptq: the damped Gram matrix is not positive definite (",
                     "a Gram matrix that is not E[x xᵀ] of real inputs, or raise the damping)"));
-  if (LAPACKE_dtrtri(LAPACK_COL_MAJOR, 'L', 'N', int(n), h.data(), int(n)) != 0)
-    throw Error("quantize: gptq: the Cholesky factor of the damped Gram matrix is singular");
+  if (trtri != 0) throw Error("quantize: gptq: the Cholesky factor of the damped Gram matrix is singular");
   MatF u = MatF::Zero(n, n);
   for (Index j = 0; j < n; ++j)
     for (Index i = j; i < n; ++i) u(n - 1 - i, n - 1 - j) = float(h(i, j));
@@ -132,11 +140,13 @@ void gptq_ternary(const MatrixIn& in, const MethodOptions& opts, TernaryMatrix& 
         }
       }
       // The lazy batch's update of every later column, rows × count × (cols − i2): almost all of
-      // GPTQ's work, one SGEMM (column-major, as Eigen stores w and hinv).
-      if (i2 < cols)
-        cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, int(rows), int(cols - i2), int(count), -1.0f,
-                    err_block.data(), int(rows), hinv.data() + i1 + i2 * cols, int(cols), 1.0f, w.data() + i2 * rows,
-                    int(rows));
+      // GPTQ's work. One SGEMM per panel of columns on one thread each (column-major, as Eigen
+      // stores w and hinv), so the thread count cannot change a bit.
+#pragma omp parallel for schedule(dynamic, 1)
+      for (Index c0 = i2; c0 < cols; c0 += kPanel)
+        cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, int(rows), int(std::min(kPanel, cols - c0)), int(count),
+                    -1.0f, err_block.data(), int(rows), hinv.data() + i1 + c0 * cols, int(cols), 1.0f,
+                    w.data() + c0 * rows, int(rows));
     }
   };
 
