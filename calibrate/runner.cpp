@@ -96,7 +96,7 @@ Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_
       const int64_t in_w = step > 0 ? s.block_input_width(step - 1) : 0;
       const int64_t out_w = step < 4 ? s.block_input_width(step) : 0;
       // The group's input rows are gathered kStatRows at a time before InputStats::add: its Gram
-      // product is then one large SSYRK, and its fold into the double sum (a pass over cols²
+      // product then runs on large panels, and its fold into the double sum (a pass over cols²
       // doubles) happens once per kStatRows rows rather than once per window.
       Stats group;
       std::string input;
@@ -144,6 +144,7 @@ Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_
       t0 = std::chrono::steady_clock::now();
       if (quantize_group) quantize_group(l, input, all);
       t.quantize += since(t0);
+      if (!opts.keep_gram) std::vector<double>().swap(all.by_weight[input].gram);
     }
     if (opts.checkpoint) opts.checkpoint(l, hidden, all);
     if (on_block) on_block({l, c.n_layer, since(start), peak_rss_bytes()});

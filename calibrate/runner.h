@@ -22,6 +22,9 @@ std::string input_key(const std::string& weight_name);
 
 struct CalibrateOptions {
   bool gram = false;  // collect Gram matrices (what gptq needs); E[x²] is always collected
+  // false: each Gram matrix is freed once its group is quantized, so memory holds one block's at a
+  // time (the statistics returned and checkpointed then have none: only for jobs that save none).
+  bool keep_gram = true;
   // Resuming a checkpointed job (quantize/checkpoint.h): blocks before `first_block` are done, their
   // weights already replaced in the model; `resume_hidden` holds the hidden states after them
   // (n_windows × len × n_embd, taken over: left empty; not needed when every block is done) and

@@ -519,6 +519,7 @@ QuantizeResult run_quantize(const QuantizeOptions& o, const QuantizeEvents& ev, 
     manifest["sequential"] = "each block measured on the outputs of the blocks already quantized";
     calib::CalibrateOptions co;
     co.gram = rp.needs_gram();
+    co.keep_gram = keep_stats;  // no statistics file: one block's Gram matrices in memory at a time
     // Resuming: the hidden states after the last finished block, and (when they are saved at the
     // end) the statistics of the finished blocks; no forward runs for those blocks.
     std::vector<float> hidden;

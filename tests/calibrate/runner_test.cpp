@@ -151,6 +151,34 @@ TEST(Runner, AdvancesWithTheWeightsTheCallbackPutIn) {
   EXPECT_GT(diff, 1e-3);
 }
 
+// Without keep_gram each Gram matrix lives until its group is quantized: the callback still sees
+// it, memory holds one block's, and the statistics returned keep E[x²] only.
+TEST(Runner, DropsGramMatricesOnceTheirGroupIsQuantized) {
+  BONSAI_REQUIRE_SHARED(kModel);
+  auto m = load_model(test::shared_file(kModel).string());
+  const int64_t n = 2, len = 16;
+  const auto windows = windows_of(n, len, m->cfg.n_vocab);
+  CalibrateOptions o;
+  o.gram = true;
+  o.keep_gram = false;
+  int64_t seen = 0;
+  const Stats got = calibrate_blocks(*m, windows, n, len, o, [&](int64_t, const std::string& input, const Stats& s) {
+    const InputStats& st = s.by_weight.at(input);
+    EXPECT_EQ(st.gram.size(), size_t(st.cols * st.cols)) << input;
+    for (const auto& [name, other] : s.by_weight) {
+      if (name != input) {
+        EXPECT_TRUE(other.gram.empty()) << name << " kept while quantizing " << input;
+      }
+    }
+    ++seen;
+  });
+  EXPECT_EQ(seen, 4 * m->cfg.n_layer);
+  for (const auto& [name, st] : got.by_weight) {
+    EXPECT_TRUE(st.gram.empty()) << name;
+    EXPECT_EQ(st.sum_sq.size(), size_t(st.cols)) << name;
+  }
+}
+
 TEST(Runner, RejectsBadWindows) {
   BONSAI_REQUIRE_SHARED(kModel);
   auto m = load_model(test::shared_file(kModel).string());

@@ -49,7 +49,7 @@ TEST(CrashSafeJob, KilledDuringCalibrationResumesToTheSameBytes) {
   ASSERT_EQ(test::run_bonsai(args, &log), 0) << log;
   const std::vector<uint8_t> want = test::read_bytes(out);
   fs::remove(out);
-  // 4 windows per block: the 10th statistics forward is block 2's second, blocks 0 and 1 are done.
+  // 4 windows per block: the 10th window to enter a block is block 2's second; blocks 0 and 1 are done.
   test::kill_and_resume(args, out, "calibrate:10", want);
 }
 
