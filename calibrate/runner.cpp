@@ -16,9 +16,6 @@ namespace {
 
 std::atomic<int64_t> g_block_runs{0};
 
-// Input rows gathered per InputStats::add call (its Gram chunk, stats.cpp).
-constexpr int64_t kStatRows = 4096;
-
 double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -95,9 +92,9 @@ Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_
       std::vector<float>& out_buf = out_wide ? wide_in : narrow_in;
       const int64_t in_w = step > 0 ? s.block_input_width(step - 1) : 0;
       const int64_t out_w = step < 4 ? s.block_input_width(step) : 0;
-      // The group's input rows are gathered kStatRows at a time before InputStats::add: its Gram
+      // The group's input rows are gathered kGramRows at a time before InputStats::add: its Gram
       // product then runs on large panels, and its fold into the double sum (a pass over cols²
-      // doubles) happens once per kStatRows rows rather than once per window.
+      // doubles) happens once per kGramRows rows rather than once per window.
       Stats group;
       std::string input;
       std::vector<float> rows;
@@ -112,9 +109,9 @@ Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_
           input = w.name;
           st.cols = w.ne[0];
           if (opts.gram) st.gram.assign(size_t(st.cols * st.cols), 0.0);
-          rows.resize(size_t(std::max(kStatRows, n) * st.cols));
+          rows.resize(size_t(std::max(kGramRows, n) * st.cols));
         }
-        if (n_rows + n > kStatRows) flush();
+        if (n_rows + n > kGramRows) flush();
         std::memcpy(rows.data() + n_rows * st.cols, x, size_t(n * st.cols) * sizeof(float));
         n_rows += n;
       };

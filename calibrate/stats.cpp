@@ -15,11 +15,6 @@ namespace bonsai::calib {
 
 namespace {
 
-// Rows per float Gram product before it is folded into the double sum: float keeps the product
-// fast (OpenBLAS SGEMMs over the lower triangle, about half a GEMM's work, near the FMA peak), the
-// periodic double accumulation keeps 10⁵+ rows exact enough.
-constexpr int64_t kGramChunk = 4096;
-
 constexpr const char* kVersion = "bonsai.calib.version";
 constexpr const char* kManifest = "bonsai.calib.manifest";
 constexpr const char* kWeights = "bonsai.calib.weights";
@@ -46,8 +41,8 @@ void InputStats::add(const float* x, int64_t n) {
     throw Error(cat("InputStats::add: gram has ", gram.size(), " entries, not ", cols, "²"));
   // Left uninitialized: the products (beta 0) write every element read below.
   const std::unique_ptr<float[]> g(want_gram ? new float[size_t(cols * cols)] : nullptr);
-  for (int64_t r0 = 0; r0 < n; r0 += kGramChunk) {
-    const int64_t m = std::min(kGramChunk, n - r0);
+  for (int64_t r0 = 0; r0 < n; r0 += kGramRows) {
+    const int64_t m = std::min(kGramRows, n - r0);
     const float* xs = x + r0 * cols;
     // By strips of columns, each summed down the rows in order: rows are read contiguously.
     constexpr int64_t kStrip = 64;

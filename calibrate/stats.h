@@ -9,6 +9,11 @@
 
 namespace bonsai::calib {
 
+// Rows per float Gram product before it is folded into the double sum (InputStats::add): float
+// keeps the product fast, the periodic double accumulation keeps 10⁵+ rows exact enough. Callers
+// that feed rows in small batches gather this many first (calibrate/runner.cpp).
+constexpr int64_t kGramRows = 4096;
+
 struct InputStats {
   int64_t cols = 0;
   int64_t rows_seen = 0;           // tokens accumulated

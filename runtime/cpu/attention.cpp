@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/cpu/ops.h"
+#include "runtime/cpu/parallel.h"
 
 namespace bonsai::cpu {
 namespace {
@@ -15,7 +16,6 @@ namespace {
 // on they run as SGEMMs over chunks of kChunk query rows, each chunk reading only the cache rows
 // its last token may see, so the causal mask wastes at most one chunk's triangle. One head and
 // chunk is one SGEMM pair on one thread (OpenBLAS's OpenMP build stays on the calling thread).
-constexpr int64_t kGemmTokens = 16;
 constexpr int64_t kChunk = 64;
 
 void attention_gemm(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0,

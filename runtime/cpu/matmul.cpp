@@ -44,10 +44,9 @@ void check_count(const Tensor& w, const char* op, const char* what, int64_t n) {
 
 // A prompt's product with float weights is a GEMM, and OpenBLAS's SGEMM runs it near the FMA
 // peak, where the dot-product kernels (made for one token, bound by loads) reach a third of it.
-// From this many tokens on, the weights are decoded to float in tiles of rows, each tile one
+// From kGemmTokens (parallel.h) tokens on, the weights are decoded to float in tiles of rows, each tile one
 // SGEMM on one thread (OpenBLAS's OpenMP build stays on the calling thread inside a parallel
 // region), so no tile's result depends on the thread count.
-constexpr int64_t kGemmTokens = 16;
 constexpr int64_t kGemmTileRows = 256;
 
 bool float_weights(TypeId t) { return t == TypeId::F32 || t == TypeId::F16 || t == TypeId::BF16; }

@@ -8,4 +8,8 @@ namespace bonsai::cpu {
 // not open a parallel region at all (even a one-thread region costs about a microsecond).
 constexpr int64_t kParallelWork = int64_t(1) << 16;
 
+// From this many tokens on, a step's products run as OpenBLAS SGEMMs (matmul.cpp for float
+// weights, attention.cpp): below it the per-token kernels are faster.
+constexpr int64_t kGemmTokens = 16;
+
 }  // namespace bonsai::cpu
