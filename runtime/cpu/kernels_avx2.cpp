@@ -247,6 +247,110 @@ void dot_q8(const uint8_t* row, int64_t nb, const ActView& a, int64_t t0, float*
   for (int t = 0; t < T; ++t) out[t] = hsum(acc[0][t]) - c[t];
 }
 
+// ---- prompts: codes unpacked once per tile of rows ----
+
+// Code bytes of the row tile gemm_q8 unpacks at once (on the stack of each thread, in L2).
+constexpr int64_t kCodeTileBytes = int64_t(64) << 10;
+
+// A group of T tokens' activations as dot_codes reads them: per block i, the T tokens' kQK
+// quantized values one after another, then their scales and corrections, so that one pointer and
+// constant offsets reach all of them (eight pointers per stream left too few registers).
+template <int QK, int T>
+struct TokenGroup {
+  static constexpr int64_t kBlockBytes = int64_t(T) * QK + 2 * T * int64_t(sizeof(float));
+  static void pack(const ActView& a, int64_t t0, int64_t nb, uint8_t* dst) {
+    for (int64_t i = 0; i < nb; ++i, dst += kBlockBytes) {
+      float* dc = reinterpret_cast<float*>(dst + T * QK);
+      for (int t = 0; t < T; ++t) {
+        const int64_t b = (t0 + t) * nb + i;
+        std::memcpy(dst + t * QK, a.q + b * QK, QK);
+        dc[t] = a.d[b];
+        dc[T + t] = a.corr[b];
+      }
+    }
+  }
+};
+
+// One row of unpacked codes (position order, Sub registers per block, weight scales dw as float)
+// against a packed TokenGroup. A block's int16 sums turn into 8 int32 lanes with 8x their pair
+// sums, so that one fmsub per lane, 8*partial*d - corr, carries the block's correction too (the
+// lanes add up to 8*(d*S - corr)); the factor 8 leaves at the end, exactly.
+template <int Sub, int T>
+void dot_codes(const uint8_t* codes, const float* dw, int64_t nb, const uint8_t* group, float* out) {
+  constexpr int kQK = 32 * Sub;
+  using G = TokenGroup<kQK, T>;
+  const __m256i eight = _mm256_set1_epi16(8);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i, codes += kQK, group += G::kBlockBytes) {
+    __m256i c[Sub];
+    for (int j = 0; j < Sub; ++j) c[j] = load32(codes + 32 * j);
+    const __m256 wd = _mm256_broadcast_ss(dw + i);
+    const float* dc = reinterpret_cast<const float*>(group + T * kQK);
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* qt = group + t * kQK;
+      __m256i s = _mm256_maddubs_epi16(c[0], load32(qt));
+      for (int j = 1; j < Sub; ++j) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(c[j], load32(qt + 32 * j)));
+      const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, eight));
+      const __m256 g = _mm256_fmsub_ps(f, _mm256_broadcast_ss(dc + t), _mm256_broadcast_ss(dc + T + t));
+      acc[t] = _mm256_fmadd_ps(g, wd, acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) out[t] = 0.125f * hsum(acc[t]);
+}
+
+// A prompt-sized product (kGemmTokens tokens or more). dot_q8 unpacks each block once per
+// kTokens tokens, which for prompts costs about as much as the products (PTQ1_0's base-3 digits
+// most); here each tile of rows is unpacked once, into plain codes on the thread's stack, and
+// then meets every group of T tokens (packed once per call, in L1 across the tile's rows). The
+// last group is shifted back to end at the last token (n_tokens >= T): the tokens it shares with
+// the group before get the same sums again. Each tile is one thread's, so the thread count
+// cannot change a bit. False (nothing computed) for rows too wide for one tile.
+template <class K>
+bool gemm_q8(const uint8_t* w, int64_t rows, int64_t cols, const ActView& a, float* y) {
+  using Block = typename K::Block;
+  constexpr int kQK = 32 * K::kSub;
+  constexpr int T = K::kSub <= 4 ? 8 : 4;  // the codes of a block and T accumulators fit in 16 registers
+  using G = TokenGroup<kQK, T>;
+  static_assert(!K::kSigned, "signed codes (Q8_0) have nothing to unpack: dot_q8");
+  if (cols > kCodeTileBytes || a.n_tokens < T) return false;
+  const int64_t nb = cols / kQK, rb = nb * int64_t(sizeof(Block));
+  const int64_t groups = (a.n_tokens + T - 1) / T, group_bytes = nb * G::kBlockBytes;
+  auto group_start = [&](int64_t g) { return min64(g * T, a.n_tokens - T); };
+  const bool parallel = rows * cols * a.n_tokens >= kParallelWork;
+  // Plain new[]: no std:: template may be instantiated in this file (see kernels_avx2.h).
+  uint8_t* packed = new uint8_t[size_t(groups * group_bytes)];
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t g = 0; g < groups; ++g) G::pack(a, group_start(g), nb, packed + g * group_bytes);
+  const int64_t tile = min64(rows, kCodeTileBytes / cols), tiles = (rows + tile - 1) / tile;
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
+  for (int64_t i = 0; i < tiles; ++i) {
+    alignas(32) uint8_t codes[kCodeTileBytes];
+    float dw[kCodeTileBytes / kQK];
+    const int64_t r0 = i * tile, nr = min64(tile, rows - r0);
+    for (int64_t r = 0; r < nr; ++r) {
+      const auto* blk = reinterpret_cast<const Block*>(w + (r0 + r) * rb);
+      for (int64_t b = 0; b < nb; ++b) {
+        __m256i c[K::kSub];
+        K::codes(blk[b], c);
+        for (int j = 0; j < K::kSub; ++j)
+          _mm256_store_si256(reinterpret_cast<__m256i*>(codes + r * cols + b * kQK + 32 * j), c[j]);
+        dw[r * nb + b] = _cvtsh_ss(blk[b].d);
+      }
+    }
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t t0 = group_start(g);
+      for (int64_t r = 0; r < nr; ++r) {
+        float out[T];
+        dot_codes<K::kSub, T>(codes + r * cols, dw + r * nb, nb, packed + g * group_bytes, out);
+        for (int t = 0; t < T; ++t) y[(t0 + t) * rows + r0 + r] = out[t];
+      }
+    }
+  }
+  delete[] packed;
+  return true;
+}
+
 // ---- float weights ----
 
 struct LF32 {
@@ -369,6 +473,8 @@ void for_rows(int64_t rows, int64_t n_tokens, int64_t row_bytes, int64_t cols, c
 
 template <class K>
 void run_q8(const uint8_t* w, int64_t rows, int64_t cols, const ActView& a, float* y) {
+  if constexpr (!K::kSigned)
+    if (a.n_tokens >= kGemmTokens && gemm_q8<K>(w, rows, cols, a, y)) return;
   const int64_t nb = cols / (32 * K::kSub);
   const int64_t rb = nb * int64_t(sizeof(typename K::Block));
   for_rows<1>(rows, a.n_tokens, rb, cols, [&](int64_t r, int, int64_t t0, int nt) {

@@ -8,8 +8,9 @@ namespace bonsai::cpu {
 // not open a parallel region at all (even a one-thread region costs about a microsecond).
 constexpr int64_t kParallelWork = int64_t(1) << 16;
 
-// From this many tokens on, a step's products run as OpenBLAS SGEMMs (matmul.cpp for float
-// weights, attention.cpp): below it the per-token kernels are faster.
+// From this many tokens on, a step's products run as GEMMs: OpenBLAS SGEMMs for float weights
+// (matmul.cpp) and attention (attention.cpp), codes unpacked once per tile of rows for quantized
+// weights (kernels_avx2.cpp, gemm_q8); below it the per-token kernels are faster.
 constexpr int64_t kGemmTokens = 16;
 
 }  // namespace bonsai::cpu

@@ -316,16 +316,20 @@ TEST(CpuMatmul, ResultDoesNotDependOnThreadCount) {
     cpu::matmul(m.t, x.data(), 5, y3.data());
     EXPECT_EQ(0, std::memcmp(y1.data(), y3.data(), y1.size() * 4)) << traits(id).name;
   }
-  // Prompt-sized float products (SGEMM over tiles of 256 rows): 600 rows end in a partial tile.
-  const Weights f = make_weights(TypeId::BF16, 600, 96, false, rng);
-  const auto xf = random_x(96 * 20, rng);
-  std::vector<float> z1(600 * 20), z3(z1.size());
-  omp_set_num_threads(1);
-  cpu::matmul(f.t, xf.data(), 20, z1.data());
-  omp_set_num_threads(3);
-  cpu::matmul(f.t, xf.data(), 20, z3.data());
-  EXPECT_EQ(0, std::memcmp(z1.data(), z3.data(), z1.size() * 4));
-  EXPECT_EQ("", mismatch(f, xf, 20, z3));
+  // Prompt-sized products: float weights as SGEMMs over tiles of 256 rows (600 rows end in a
+  // partial tile); quantized ones unpacked by tiles of rows (3072 columns: tiles of 21 rows), with
+  // 20 tokens ending in a group that overlaps the one before.
+  for (auto [id, cols] : {std::pair{TypeId::BF16, int64_t(96)}, {TypeId::PTQ1_0, 3072}, {TypeId::TQ2_0, 3072}}) {
+    const Weights f = make_weights(id, 600, cols, false, rng);
+    const auto xf = random_x(cols * 20, rng);
+    std::vector<float> z1(600 * 20), z3(z1.size());
+    omp_set_num_threads(1);
+    cpu::matmul(f.t, xf.data(), 20, z1.data());
+    omp_set_num_threads(3);
+    cpu::matmul(f.t, xf.data(), 20, z3.data());
+    EXPECT_EQ(0, std::memcmp(z1.data(), z3.data(), z1.size() * 4)) << traits(id).name;
+    EXPECT_EQ("", mismatch(f, xf, 20, z3)) << traits(id).name;
+  }
   omp_set_num_threads(saved);
 }
 
