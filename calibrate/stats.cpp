@@ -60,11 +60,13 @@ void InputStats::add(const float* x, int64_t n) {
       // The lower triangle of XᵀX (row i, columns ≤ i) by panels of rows, one SGEMM on one thread
       // each (the thread count cannot change a bit; a panel's diagonal block is computed whole),
       // then mirrored into the symmetric double sum by tiles, so that transposed writes stay in
-      // cache.
+      // cache. Panel i0 costs ~(i0 + ni) columns: handed out largest first, the threads finish
+      // together (smallest first, the last and largest panel ran alone: ~17% idle at 1024 columns).
       constexpr int64_t kPanel = 256;
+      const int64_t panels = (cols + kPanel - 1) / kPanel;
 #pragma omp parallel for schedule(dynamic, 1)
-      for (int64_t i0 = 0; i0 < cols; i0 += kPanel) {
-        const int64_t ni = std::min(kPanel, cols - i0);
+      for (int64_t p = panels - 1; p >= 0; --p) {
+        const int64_t i0 = p * kPanel, ni = std::min(kPanel, cols - i0);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(ni), int(i0 + ni), int(m), 1.0f, xs + i0, int(cols),
                     xs, int(cols), 0.0f, g.get() + i0 * cols, int(cols));
       }
