@@ -1,6 +1,5 @@
 #include <cblas.h>
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -11,33 +10,30 @@
 namespace bonsai::quant {
 namespace {
 
-using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;
-using Eigen::Index;
-
-// tr(M G Mᵀ) = Σ_ij G_ij (MᵀM)_ij for a symmetric G: the lower half of MᵀM by column panels
-// (independent float products, one per thread at a time), each folded into the sum with G and
-// dropped. Half the work of M·G, and no cols × cols temporary. Each panel's sum is kept apart and
-// the panels are added in order afterwards: an OpenMP reduction would add them in whatever order
-// the threads finish, and the result (which decides stage 2's and the residual's choices, and is
-// stored in .bonsai files) would change with the thread count.
-double quadratic_trace(const MatF& m, const double* g) {
-  const Index cols = m.cols();
-  constexpr Index kPanel = 128;
+// tr(M G Mᵀ) = Σ_ij G_ij (MᵀM)_ij for a symmetric G and M rows × cols, row-major: the lower half
+// of MᵀM by column panels (independent float products, one per thread at a time), each folded
+// into the sum with G and dropped. Half the work of M·G, and no cols × cols temporary. Each
+// panel's sum is kept apart and the panels are added in order afterwards: an OpenMP reduction
+// would add them in whatever order the threads finish, and the result (which decides stage 2's
+// and the residual's choices, and is stored in .bonsai files) would change with the thread count.
+double quadratic_trace(const float* m, int64_t rows, int64_t cols, const double* g) {
+  constexpr int64_t kPanel = 128;
   std::vector<double> panel(size_t((cols + kPanel - 1) / kPanel), 0.0);
 #pragma omp parallel for schedule(dynamic, 1)
-  for (Index c0 = 0; c0 < cols; c0 += kPanel) {
-    const Index cb = std::min(kPanel, cols - c0), rest = cols - c0;
-    // (MᵀM)[c0:, c0:c0+cb], rest × cb: one SGEMM on this thread (column-major, as Eigen stores m).
-    MatF s(rest, cb);
-    cblas_sgemm(CblasColMajor, CblasTrans, CblasNoTrans, int(rest), int(cb), int(m.rows()), 1.0f,
-                m.data() + c0 * m.rows(), int(m.rows()), m.data() + c0 * m.rows(), int(m.rows()), 0.0f, s.data(),
-                int(rest));
+  for (int64_t c0 = 0; c0 < cols; c0 += kPanel) {
+    const int64_t cb = std::min(kPanel, cols - c0), rest = cols - c0;
+    // (MᵀM)[c0:, c0:c0+cb], rest × cb column-major: one SGEMM on this thread. Read column-major,
+    // the row-major M is Mᵀ (cols × rows, leading dimension cols), so this is Mᵀ[c0:]·Mᵀ[c0:c0+cb]ᵀ.
+    std::vector<float> s(size_t(rest * cb));
+    cblas_sgemm(CblasColMajor, CblasNoTrans, CblasTrans, int(rest), int(cb), int(rows), 1.0f, m + c0, int(cols),
+                m + c0, int(cols), 0.0f, s.data(), int(rest));
     double sum = 0.0;
-    for (Index j = 0; j < cb; ++j) {
+    for (int64_t j = 0; j < cb; ++j) {
       const double* gj = g + (c0 + j) * cols + c0;  // G[c0+j, c0:] = G[c0:, c0+j]
+      const float* sj = s.data() + j * rest;
       double col = 0.0;
-      for (Index i = j + 1; i < rest; ++i) col += gj[i] * double(s(i, j));
-      sum += 2.0 * col + gj[j] * double(s(j, j));
+      for (int64_t i = j + 1; i < rest; ++i) col += gj[i] * double(sj[i]);
+      sum += 2.0 * col + gj[j] * double(sj[j]);
     }
     panel[size_t(c0 / kPanel)] = sum;
   }
@@ -46,23 +42,16 @@ double quadratic_trace(const MatF& m, const double* g) {
   return total;
 }
 
-}  // namespace
-
-namespace {
-
 // ‖X Eᵀ‖² = tr(E G Eᵀ) for E = W − Ŵ (Ŵ = 0 when w_hat is null), or without a Gram matrix the
 // importance-weighted Σ E². float products (an error needs no more), double sums.
 double error_sum(const MatrixIn& in, const float* w_hat) {
   const int64_t rows = in.rows, cols = in.cols;
   if (in.gram) {
-    MatF e(rows, cols);
+    if (!w_hat) return quadratic_trace(in.w, rows, cols, in.gram);
+    std::vector<float> e(size_t(rows * cols));
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < cols; ++j) {
-        const size_t i = size_t(r * cols + j);
-        e(r, j) = w_hat ? in.w[i] - w_hat[i] : in.w[i];
-      }
-    return quadratic_trace(e, in.gram);
+    for (int64_t i = 0; i < rows * cols; ++i) e[size_t(i)] = in.w[i] - w_hat[i];
+    return quadratic_trace(e.data(), rows, cols, in.gram);
   }
   double sum = 0.0;
   for (int64_t r = 0; r < rows; ++r)
