@@ -153,15 +153,14 @@ void gptq_ternary(const MatrixIn& in, const MethodOptions& opts, TernaryMatrix& 
   pass(false);
   if (opts.refit_scales) {
     const ScaleRefit refit(in);
-    refit.apply(opts.four_levels, out);
     // Further passes alternate codes (GPTQ, scales fixed) and scales (refit, codes fixed); a pass
-    // that does not lower the output error is undone, so the result never gets worse.
-    double best = output_error(in, out.dequantize());
+    // that does not lower the output error (as the refit measures it) is undone, so the result
+    // never gets worse.
+    double best = refit.apply(opts.four_levels, out);
     for (int p = 1; p < opts.gptq_passes; ++p) {
       const TernaryMatrix prev = out;
       pass(true);
-      refit.apply(opts.four_levels, out);
-      const double e = output_error(in, out.dequantize());
+      const double e = refit.apply(opts.four_levels, out);
       if (!(e < best)) {
         out = prev;
         break;

@@ -72,11 +72,6 @@ void check(const MatrixIn& in, const std::vector<float>& w_hat, const char* what
 
 }  // namespace
 
-double output_error(const MatrixIn& in, const std::vector<float>& w_hat) {
-  check(in, w_hat, "output_error");
-  return error_sum(in, w_hat.data());
-}
-
 double relative_output_error(const MatrixIn& in, const std::vector<float>& w_hat) {
   check(in, w_hat, "relative_output_error");
   const double num = error_sum(in, w_hat.data()), den = error_sum(in, nullptr);

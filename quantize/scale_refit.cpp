@@ -41,12 +41,20 @@ ScaleRefit::ScaleRefit(const MatrixIn& in) : in_(in) {
   for (Index r0 = 0; r0 < rows; r0 += kRowPanel)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(std::min(kRowPanel, rows - r0)), int(cols), int(cols),
                 1.0f, in.w + r0 * cols, int(cols), g_.data(), int(cols), 0.0f, gw_.data() + r0 * cols, int(cols));
+  wgw_.resize(size_t(rows));
+#pragma omp parallel for schedule(static)
+  for (Index r = 0; r < rows; ++r) {
+    double s = 0.0;
+    for (Index j = 0; j < cols; ++j) s += double(in.w[r * cols + j]) * double(gw_[size_t(r * cols + j)]);
+    wgw_[size_t(r)] = s;
+  }
 }
 
-void ScaleRefit::apply(bool four_levels, TernaryMatrix& out) const {
+double ScaleRefit::apply(bool four_levels, TernaryMatrix& out) const {
   const MatrixIn& in = in_;
   const Index rows = in.rows, cols = in.cols, groups = cols / kGroup;
   const float* g = g_.data();
+  std::vector<double> row_error(static_cast<size_t>(rows));  // added in row order after the loop: no thread race
 #pragma omp parallel for schedule(dynamic, 1)
   for (Index r0 = 0; r0 < rows; r0 += kRowPanel) {
     const Index nr = std::min(kRowPanel, rows - r0);
@@ -78,6 +86,9 @@ void ScaleRefit::apply(bool four_levels, TernaryMatrix& out) const {
       int8_t* codes = out.codes.data() + (r0 + r) * cols;
       Eigen::VectorXd old_d(groups);
       for (Index h = 0; h < groups; ++h) old_d(h) = fp16_to_f32(scales[h]);
+      const MatD m0 = mr;  // the system before placeholders: the row's error
+      const Eigen::VectorXd b0 = br;
+      row_error[size_t(r0 + r)] = wgw_[size_t(r0 + r)] + row_objective(m0, b0, old_d);
       // A group without a nonzero code, or whose inputs were never seen, does not change the
       // output: it keeps its scale (a placeholder equation, the same term in both objectives).
       std::vector<char> silent(size_t(groups), 0);
@@ -96,6 +107,7 @@ void ScaleRefit::apply(bool four_levels, TernaryMatrix& out) const {
       for (Index h = 0; h < groups; ++h)
         new_d(h) = silent[size_t(h)] || !std::isfinite(sol(h)) ? old_d(h) : fp16_to_f32(f32_to_fp16(float(sol(h))));
       if (!(row_objective(mr, br, new_d) < row_objective(mr, br, old_d))) continue;  // keep the old ones
+      row_error[size_t(r0 + r)] = wgw_[size_t(r0 + r)] + row_objective(m0, b0, new_d);
       for (Index h = 0; h < groups; ++h) {
         float d = float(new_d(h));
         if (d < 0.0f && !four_levels) {  // ternary: the mirrored codes with |d| are the same values
@@ -106,6 +118,9 @@ void ScaleRefit::apply(bool four_levels, TernaryMatrix& out) const {
       }
     }
   }
+  double total = 0.0;
+  for (double e : row_error) total += e;
+  return total;
 }
 
 }  // namespace bonsai::quant

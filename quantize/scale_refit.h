@@ -19,15 +19,18 @@ namespace bonsai::quant {
 void refit_scales(const MatrixIn& in, bool four_levels, TernaryMatrix& out);
 
 // The same for several refits of one matrix (GPTQ's passes): G and G·w_r, which do not depend on
-// the codes, are computed once.
+// the codes, are computed once. apply() also returns the output error ‖X(W − Ŵ)ᵀ‖² (as
+// output_error) with the scales it leaves: row r's is w_rᵀGw_r − 2dᵀb + dᵀMd, from the same
+// system, so GPTQ's passes compare errors without another product over the matrix.
 class ScaleRefit {
  public:
   explicit ScaleRefit(const MatrixIn& in);
-  void apply(bool four_levels, TernaryMatrix& out) const;
+  double apply(bool four_levels, TernaryMatrix& out) const;
 
  private:
   const MatrixIn& in_;
   std::vector<float> g_, gw_;  // G (cols × cols) and W·G (rows × cols), row-major
+  std::vector<double> wgw_;    // w_rᵀGw_r per row
 };
 
 }  // namespace bonsai::quant

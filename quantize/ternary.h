@@ -72,8 +72,5 @@ TernaryMatrix quantize_ternary(const MatrixIn& in, Method method, const MethodOp
 // Relative output error ‖X(W−Ŵ)ᵀ‖² / ‖XWᵀ‖² from the Gram matrix (or, without one, the
 // importance-weighted squared error relative to the weighted energy of W).
 double relative_output_error(const MatrixIn& in, const std::vector<float>& w_hat);
-// Its numerator alone, ‖X(W−Ŵ)ᵀ‖² (or the weighted squared error): half the work, and enough
-// to compare two Ŵ of the same matrix.
-double output_error(const MatrixIn& in, const std::vector<float>& w_hat);
 
 }  // namespace bonsai::quant

@@ -210,6 +210,29 @@ TEST(Gptq, ScaleRefitLowersTheOutputError) {
   }
 }
 
+// The error a refit returns (GPTQ's passes compare it) is the output error of the scales it
+// leaves, measured from the inputs themselves, on both grids and after each of two refits.
+TEST(Gptq, ScaleRefitReturnsTheOutputErrorOfItsResult) {
+  const Layer l = correlated_layer(12, 512, 700, 111);
+  double den = 0;  // ‖XWᵀ‖² in the Gram matrix's units
+  for (int64_t r = 0; r < l.rows; ++r)
+    for (int64_t i = 0; i < l.cols; ++i)
+      for (int64_t j = 0; j < l.cols; ++j)
+        den += double(l.w[size_t(r * l.cols + i)]) * l.g[size_t(i * l.cols + j)] * l.w[size_t(r * l.cols + j)];
+  for (const bool four : {false, true}) {
+    MethodOptions o;
+    o.four_levels = four;
+    o.refit_scales = false;
+    const MatrixIn in = l.in();  // the refit keeps a reference to it
+    TernaryMatrix q = quantize_ternary(in, Method::gptq, o);
+    const ScaleRefit refit(in);
+    for (int k = 0; k < 2; ++k) {
+      const double got = refit.apply(four, q) / den, want = direct_output_error(l, q.dequantize());
+      EXPECT_NEAR(got, want, 1e-4 * want) << (four ? "four levels" : "ternary") << ", refit " << k;
+    }
+  }
+}
+
 // Against the normal equations written out from the inputs themselves, in double: for each row,
 // min over d of ‖X(w − Σ_g d_g c_g)‖², solved by Gaussian elimination and rounded to fp16.
 TEST(Gptq, ScaleRefitSolvesTheNormalEquations) {
