@@ -82,6 +82,12 @@ Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_
   // 1 and 3 (attention width, n_ff) in the other, each step reading one and writing the other.
   const int64_t wide = std::max(s.block_input_width(1), s.block_input_width(3));
   std::vector<float> narrow_in(size_t(n_windows * len * c.n_embd)), wide_in(size_t(n_windows * len * wide));
+  // The group's input rows are gathered kGramRows at a time before InputStats::add: its Gram
+  // product then runs on large panels, and its fold into the double sum (a pass over cols²
+  // doubles) happens once per kGramRows rows rather than once per window. One buffer for every
+  // group (allocated once: hundreds of MB, whose first touch costs page faults).
+  const int64_t gather_rows = std::max(kGramRows, len);
+  std::vector<float> rows(size_t(gather_rows * std::max(wide, c.n_embd)));
   for (int64_t l = opts.first_block; l < c.n_layer; ++l) {
     // The last block's step 4 only advances x, which nothing reads after it.
     const int steps = l + 1 < c.n_layer ? Session::kBlockSteps : Session::kBlockSteps - 1;
@@ -92,12 +98,8 @@ Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_
       std::vector<float>& out_buf = out_wide ? wide_in : narrow_in;
       const int64_t in_w = step > 0 ? s.block_input_width(step - 1) : 0;
       const int64_t out_w = step < 4 ? s.block_input_width(step) : 0;
-      // The group's input rows are gathered kGramRows at a time before InputStats::add: its Gram
-      // product then runs on large panels, and its fold into the double sum (a pass over cols²
-      // doubles) happens once per kGramRows rows rather than once per window.
       Stats group;
       std::string input;
-      std::vector<float> rows;
       int64_t n_rows = 0;
       auto flush = [&] {
         if (n_rows > 0) group.by_weight[input].add(rows.data(), n_rows);
@@ -109,9 +111,8 @@ Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_
           input = w.name;
           st.cols = w.ne[0];
           if (opts.gram) st.gram.assign(size_t(st.cols * st.cols), 0.0);
-          rows.resize(size_t(std::max(kGramRows, n) * st.cols));
         }
-        if (n_rows + n > kGramRows) flush();
+        if (n_rows + n > gather_rows) flush();
         std::memcpy(rows.data() + n_rows * st.cols, x, size_t(n * st.cols) * sizeof(float));
         n_rows += n;
       };

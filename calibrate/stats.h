@@ -11,8 +11,9 @@ namespace bonsai::calib {
 
 // Rows per float Gram product before it is folded into the double sum (InputStats::add): float
 // keeps the product fast, the periodic double accumulation keeps 10⁵+ rows exact enough. Callers
-// that feed rows in small batches gather this many first (calibrate/runner.cpp).
-constexpr int64_t kGramRows = 4096;
+// that feed rows in small batches gather this many first (calibrate/runner.cpp). Each fold is a
+// pass over cols² doubles, 16 per input of a 128 × 512 calibration at 4,096 rows.
+constexpr int64_t kGramRows = 16384;
 
 struct InputStats {
   int64_t cols = 0;

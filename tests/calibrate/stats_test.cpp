@@ -35,7 +35,7 @@ InputStats fresh(int64_t cols, bool gram) {
 }  // namespace
 
 TEST(InputStats, MatchesDirectSumsAcrossCallsAndChunks) {
-  const int64_t cols = 12, n1 = 5000, n2 = 37;  // n1 crosses the 4096-row Gram chunk
+  const int64_t cols = 12, n1 = kGramRows + 904, n2 = 37;  // n1 crosses a Gram chunk
   const auto a = random_rows(n1, cols, 1), b = random_rows(n2, cols, 2);
   InputStats s = fresh(cols, true);
   s.add(a.data(), n1);
