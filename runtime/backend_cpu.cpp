@@ -14,6 +14,7 @@
 #include "runtime/cpu/bandwidth.h"
 #include "runtime/cpu/matmul.h"
 #include "runtime/cpu/ops.h"
+#include "runtime/cpu/parallel.h"
 #include "runtime/cpu/residual.h"
 
 namespace bonsai {
@@ -61,6 +62,8 @@ class CpuBackend final : public Backend {
             bool neox) override {
     const int64_t half = n_rot / 2;
     std::vector<float> cs(size_t(n * half)), sn(size_t(n * half));
+    // A prompt's table is n × half pow, cos and sin: as long as the rotation itself.
+#pragma omp parallel for schedule(static) if (n > 4)
     for (int64_t t = 0; t < n; ++t)
       for (int64_t i = 0; i < half; ++i) {
         const double theta = double(pos0 + t) * std::pow(double(base), -2.0 * double(i) / double(n_rot));
@@ -96,7 +99,12 @@ class CpuBackend final : public Backend {
   void add(float* x, const float* y, int64_t n) override {
     for (int64_t i = 0; i < n; ++i) x[i] += y[i];
   }
-  void silu_mul(float* g, const float* u, int64_t n) override { cpu::swiglu(g, u, n, g); }
+  void silu_mul(float* g, const float* u, int64_t n) override {
+    // One exp per element: a prompt's n_ff × tokens of them is worth both threads.
+    constexpr int64_t kChunk = 4096;
+#pragma omp parallel for schedule(static) if (n >= cpu::kParallelWork)
+    for (int64_t i = 0; i < n; i += kChunk) cpu::swiglu(g + i, u + i, std::min(kChunk, n - i), g + i);
+  }
   void hadamard(const HadamardSpec& spec, float* x, int64_t n, int64_t k, bool inverse) override {
     if (inverse) hadamard_inverse(spec, x, n, k);
     else hadamard_forward(spec, x, n, k);
