@@ -20,8 +20,10 @@ using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic>;
 using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;
 using Eigen::Index;
 
-// Rows per thread's share of a lazy batch, columns per panel of its update (pass() in gptq_ternary).
-constexpr Index kRowTile = 64, kPanel = 256;
+// Rows per thread's share of a lazy batch, columns per sub-batch within it, columns per panel
+// of its update (pass() in gptq_ternary). kSubBatch divides kGroup, so a group starts a sub-batch.
+constexpr Index kRowTile = 64, kSubBatch = 16, kPanel = 256;
+static_assert(kGroup % kSubBatch == 0);
 
 // GPTQ's Hinv: the upper Cholesky factor U of H⁻¹ (H⁻¹ = UᵀU). With P the order reversal and
 // PHP = L Lᵀ, H = R Rᵀ for the upper R = P L P, so H⁻¹ = R⁻ᵀR⁻¹ and U = R⁻¹ = P L⁻¹ P: one
@@ -133,9 +135,16 @@ void gptq_ternary(const MatrixIn& in, const MethodOptions& opts, TernaryMatrix& 
               out.codes[size_t(r * cols + j)] = q;
               err_block(r, j - i1) = (x - float(q) * scale[size_t(r)]) / hjj;
             }
-            if (j + 1 < i2)
-              w.block(r0, j + 1, nr, i2 - j - 1).noalias() -=
-                  err_block.col(j - i1).segment(r0, nr) * hinv.row(j).segment(j + 1, i2 - j - 1);
+            // Column by column only within a sub-batch of kSubBatch columns; the rest of the
+            // batch gets the sub-batch's updates as one product at its end (the lazy batch's
+            // reordering again, one level down: rank-1 updates of long rows were half of a pass).
+            const Index s1 = j - (j - i1) % kSubBatch, s2 = std::min(i2, s1 + kSubBatch);
+            if (j + 1 < s2)
+              w.block(r0, j + 1, nr, s2 - j - 1).noalias() -=
+                  err_block.col(j - i1).segment(r0, nr) * hinv.row(j).segment(j + 1, s2 - j - 1);
+            if (j + 1 == s2 && s2 < i2)
+              w.block(r0, s2, nr, i2 - s2).noalias() -=
+                  err_block.block(r0, s1 - i1, nr, s2 - s1) * hinv.block(s1, s2, s2 - s1, i2 - s2);
           }
         }
       }

@@ -108,6 +108,9 @@ uint16_t fit_optimal(const float* w, const float* a, int64_t n, int8_t* codes) {
   double best = total;  // d = 0, every code 0
   uint16_t best_d = 0;
   for_each_prefix(w, a, n, [&](double sa, double sb) {
+    // No d beats the real minimum total - sa²/sb: a support whose minimum is above the best so
+    // far (by more than the rounding of e below) has no fp16 scale to try. Most supports stop here.
+    if (total - sa * sa / sb > best + 1e-9 * total) return;
     // The quadratic's least fp16 value is one of the two that bracket s*; the float and fp16
     // roundings of s* may land on either, so both neighbours are tried too.
     const int h0 = f32_to_fp16(float(sa / sb));
