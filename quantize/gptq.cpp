@@ -5,6 +5,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "formats/error.h"
@@ -25,29 +26,82 @@ using Eigen::Index;
 constexpr Index kRowTile = 64, kSubBatch = 16, kPanel = 256;
 static_assert(kGroup % kSubBatch == 0);
 
+// The dense factorizations below on fixed tiles of kFactorTile: every tile's product is one
+// BLAS call on one thread (OpenBLAS's OpenMP build stays on the calling thread inside a parallel
+// region), so the results do not depend on the thread count, and both threads work (LAPACK's
+// dpotrf and dtrtri on one thread were a tenth of gptq's time while the other waited).
+constexpr int kFactorTile = 256;
+
+// The lower Cholesky factor of the n × n column-major `a`, in place (right-looking, by blocks of
+// columns); false when `a` is not positive definite.
+bool cholesky_lower(double* a, int n) {
+  const int nb = kFactorTile;
+  std::vector<std::pair<int, int>> tiles;
+  for (int k = 0; k < n; k += nb) {
+    const int kb = std::min(nb, n - k), m = n - k - kb;
+    double* akk = a + k + size_t(k) * size_t(n);
+    int info = 0;
+#pragma omp parallel
+#pragma omp single
+    info = LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'L', kb, akk, n);
+    if (info != 0) return false;
+    if (m == 0) break;
+    double* panel = akk + kb;  // rows k+kb.., columns k..k+kb: L_panel = A_panel L_kk⁻ᵀ
+    const int chunks = (m + nb - 1) / nb;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int c = 0; c < chunks; ++c)
+      cblas_dtrsm(CblasColMajor, CblasRight, CblasLower, CblasTrans, CblasNonUnit, std::min(nb, m - c * nb), kb, 1.0,
+                  akk, n, panel + c * nb, n);
+    // The trailing matrix's lower tiles -= L_panel L_panelᵀ.
+    tiles.clear();
+    for (int i = 0; i < chunks; ++i)
+      for (int j = 0; j <= i; ++j) tiles.emplace_back(i, j);
+    double* trail = akk + kb + size_t(kb) * size_t(n);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t t = 0; t < tiles.size(); ++t) {
+      const auto [i, j] = tiles[t];
+      const int nr = std::min(nb, m - i * nb), nc = std::min(nb, m - j * nb);
+      double* c = trail + i * nb + size_t(j * nb) * size_t(n);
+      if (i == j)
+        cblas_dsyrk(CblasColMajor, CblasLower, CblasNoTrans, nr, kb, -1.0, panel + i * nb, n, 1.0, c, n);
+      else
+        cblas_dgemm(CblasColMajor, CblasNoTrans, CblasTrans, nr, nc, kb, -1.0, panel + i * nb, n, panel + j * nb, n,
+                    1.0, c, n);
+    }
+  }
+  return true;
+}
+
+// L⁻¹ for the lower triangle L of `l` (n × n column-major), lower, as a new matrix: its blocks of
+// columns are independent triangular solves L[c0:, c0:] X = [I; 0], one per thread at a time.
+MatD lower_inverse(const MatD& l) {
+  const int n = int(l.rows()), nb = kFactorTile, blocks = (n + nb - 1) / nb;
+  MatD x = MatD::Zero(n, n);
+  for (int i = 0; i < n; ++i) x(i, i) = 1.0;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int b = 0; b < blocks; ++b) {  // the largest solves first
+    const int c0 = b * nb;
+    cblas_dtrsm(CblasColMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, n - c0, std::min(nb, n - c0), 1.0,
+                l.data() + c0 + size_t(c0) * size_t(n), n, x.data() + c0 + size_t(c0) * size_t(n), n);
+  }
+  return x;
+}
+
 // GPTQ's Hinv: the upper Cholesky factor U of H⁻¹ (H⁻¹ = UᵀU). With P the order reversal and
 // PHP = L Lᵀ, H = R Rᵀ for the upper R = P L P, so H⁻¹ = R⁻ᵀR⁻¹ and U = R⁻¹ = P L⁻¹ P: one
-// Cholesky and one triangular inverse (LAPACK's dpotrf and dtrtri, n³/3 each), no explicit H⁻¹.
-// `h` is overwritten.
+// Cholesky and one triangular inverse (n³/3 each), no explicit H⁻¹. `h` is overwritten.
 MatF inverse_cholesky_upper(MatD& h) {
   const Index n = h.rows();
   h.reverseInPlace();
-  // On one thread: called inside a parallel region, OpenBLAS's OpenMP build runs single-threaded,
-  // so the factors do not depend on the thread count (its threaded LAPACK splits work by it).
-  int potrf = 0, trtri = 0;
-#pragma omp parallel
-#pragma omp single
-  {
-    potrf = LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'L', int(n), h.data(), int(n));
-    if (potrf == 0) trtri = LAPACKE_dtrtri(LAPACK_COL_MAJOR, 'L', 'N', int(n), h.data(), int(n));
-  }
-  if (potrf != 0)
+  if (!cholesky_lower(h.data(), int(n)))
     throw Error(cat("quantize: gptq: the damped Gram matrix is not positive definite (",
                     "a Gram matrix that is not E[x xᵀ] of real inputs, or raise the damping)"));
-  if (trtri != 0) throw Error("quantize: gptq: the Cholesky factor of the damped Gram matrix is singular");
+  for (Index i = 0; i < n; ++i)
+    if (!(h(i, i) != 0.0)) throw Error("quantize: gptq: the Cholesky factor of the damped Gram matrix is singular");
+  const MatD x = lower_inverse(h);
   MatF u = MatF::Zero(n, n);
   for (Index j = 0; j < n; ++j)
-    for (Index i = j; i < n; ++i) u(n - 1 - i, n - 1 - j) = float(h(i, j));
+    for (Index i = j; i < n; ++i) u(n - 1 - i, n - 1 - j) = float(x(i, j));
   return u;
 }
 

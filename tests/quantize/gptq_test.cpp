@@ -1,10 +1,12 @@
 // GPTQ on correlated inputs, the Gram-based output error, and the reductions GPTQ must obey.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "formats/fp16.h"
+#include "quantize/gptq.h"
 #include "quantize/group_fit.h"
 #include "quantize/scale_refit.h"
 #include "quantize/ternary.h"
@@ -137,6 +139,36 @@ TEST(Gptq, MatchesTheOriginalInverseUpdateFormulation) {
   const double ea = relative_output_error(l.in(), a.dequantize());
   const double eb = relative_output_error(l.in(), b.dequantize());
   EXPECT_NEAR(ea, eb, 0.002 * eb);
+}
+
+// The factor GPTQ works with: upper triangular U with UᵀU = H⁻¹ for the damped H = 2G + λI,
+// at a width of three factorization tiles and a partial one (blocked Cholesky and inverse).
+TEST(Gptq, InverseFactorIsTheUpperCholeskyFactorOfTheDampedInverse) {
+  const Layer l = correlated_layer(4, 640, 1400, 131);
+  const int64_t n = l.cols;
+  const double damp = MethodOptions{}.gptq_damp;
+  const std::vector<float> u = gptq_inverse_factor(l.in(), damp);
+  std::vector<double> h(size_t(n * n));
+  double mean = 0;
+  for (int64_t i = 0; i < n * n; ++i) h[size_t(i)] = 2.0 * l.g[size_t(i)];
+  for (int64_t j = 0; j < n; ++j) mean += h[size_t(j * n + j)] / double(n);
+  for (int64_t j = 0; j < n; ++j) h[size_t(j * n + j)] += damp * mean;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < i; ++j) ASSERT_EQ(u[size_t(i * n + j)], 0.0f) << i << "," << j;
+  // (UᵀU)H = I, row by row: (UᵀU)_i: = Σ_k U_ki U_k:.
+  double worst = 0;
+  std::vector<double> row(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; i += 7) {
+    std::fill(row.begin(), row.end(), 0.0);
+    for (int64_t k = 0; k <= i; ++k)
+      for (int64_t j = k; j < n; ++j) row[size_t(j)] += double(u[size_t(k * n + i)]) * u[size_t(k * n + j)];
+    for (int64_t j = 0; j < n; ++j) {
+      double v = 0;
+      for (int64_t k = 0; k < n; ++k) v += row[size_t(k)] * h[size_t(k * n + j)];
+      worst = std::max(worst, std::fabs(v - (i == j ? 1.0 : 0.0)));
+    }
+  }
+  EXPECT_LT(worst, 1e-3);
 }
 
 // With an identity Gram matrix no error is propagated (H⁻¹ is diagonal) and every group's scale
