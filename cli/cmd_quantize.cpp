@@ -64,11 +64,11 @@ void print_residual(const quant::QuantizeResult& r) {
 }
 
 void print_summary(const quant::QuantizeResult& r, const std::string& out) {
-  std::printf("\nstages:\n");
+  std::printf("\nstages:%*s peak RSS at its end\n", 37, "");
   double total = 0;
-  for (const auto& [name, s] : r.stages) {
-    std::printf("  %-32s %9.2f s\n", name.c_str(), s);
-    total += s;
+  for (const auto& st : r.stages) {
+    std::printf("  %-32s %9.2f s  %s\n", st.name.c_str(), st.seconds, human_bytes(double(st.peak_rss_bytes)).c_str());
+    total += st.seconds;
   }
   std::printf("  %-32s %9.2f s\n", "total", total);
   const auto& p = r.plan;
@@ -98,11 +98,12 @@ void print_summary(const quant::QuantizeResult& r, const std::string& out) {
 // The summary for scripts (scripts/results_stage1.sh): what print_summary says, as one object.
 void print_summary_json(const quant::QuantizeResult& r, const quant::QuantizeOptions& o) {
   const auto& p = r.plan;
-  nlohmann::ordered_json stages = nlohmann::ordered_json::object();
+  nlohmann::ordered_json stages = nlohmann::ordered_json::object(), stage_rss = nlohmann::ordered_json::object();
   double total = 0;
-  for (const auto& [name, s] : r.stages) {
-    stages[name] = s;
-    total += s;
+  for (const auto& st : r.stages) {
+    stages[st.name] = st.seconds;
+    stage_rss[st.name] = st.peak_rss_bytes;
+    total += st.seconds;
   }
   nlohmann::ordered_json errors = nlohmann::ordered_json::object();
   for (const auto& e : r.errors) errors[e.name] = e.rel_error;
@@ -125,6 +126,7 @@ void print_summary_json(const quant::QuantizeResult& r, const quant::QuantizeOpt
               {"bpw_block_linear", 8.0 * double(p.block_linear_bytes) / double(p.block_linear_elems)},
               {"seconds", total},
               {"stages", stages},
+              {"stage_peak_rss_bytes", stage_rss},
               {"peak_rss_bytes", r.peak_rss_bytes},
               {"rel_errors", errors}});
 }

@@ -268,7 +268,7 @@ QuantizeResult run_quantize(const QuantizeOptions& o, const QuantizeEvents& ev, 
   };
   auto t0 = Clock::now();
   auto stage = [&](const char* name) {
-    res.stages.emplace_back(name, since(t0));
+    res.stages.push_back({name, since(t0), peak_rss_bytes()});
     t0 = Clock::now();
   };
 
@@ -539,10 +539,10 @@ QuantizeResult run_quantize(const QuantizeOptions& o, const QuantizeEvents& ev, 
     stats.manifest_json = manifest.dump();
     res.calibrated = true;
     res.calib_tokens = o.calib_windows * o.calib_len;
-    res.stages.emplace_back("calibrate: embed", ct.embed);
-    res.stages.emplace_back("calibrate: forward", ct.forward);
-    res.stages.emplace_back("calibrate: statistics", ct.collect);
-    res.stages.emplace_back("calibrate: quantize", ct.quantize);
+    res.stages.push_back({"calibrate: embed", ct.embed, peak_rss_bytes()});
+    res.stages.push_back({"calibrate: forward", ct.forward, peak_rss_bytes()});
+    res.stages.push_back({"calibrate: statistics", ct.collect, peak_rss_bytes()});
+    res.stages.push_back({"calibrate: quantize", ct.quantize, peak_rss_bytes()});
     t0 = Clock::now();
     if (!o.stats_path.empty()) {
       calib::save_stats(o.stats_path, stats);
@@ -556,7 +556,7 @@ QuantizeResult run_quantize(const QuantizeOptions& o, const QuantizeEvents& ev, 
     }
     stage("quantize");
   }
-  if (ck) res.stages.emplace_back("checkpoints", checkpoint_seconds);
+  if (ck) res.stages.push_back({"checkpoints", checkpoint_seconds, peak_rss_bytes()});
 
   // Output: the source's metadata and the tensors in the source's order.
   Metadata meta = src.meta;

@@ -71,10 +71,18 @@ struct WeightError {
   uint64_t residual_bytes = 0;
 };
 
+// One step of the job: its time and the process's peak RSS (high-water mark) when it ended. The
+// calibration's four parts alternate block by block; they end together, so they share one peak.
+struct StageTime {
+  std::string name;
+  double seconds = 0;
+  int64_t peak_rss_bytes = 0;
+};
+
 struct QuantizeResult {
   ResolvedPlan plan;
-  std::vector<WeightError> errors;                    // block matrices, in model order
-  std::vector<std::pair<std::string, double>> stages;  // seconds per stage, in order
+  std::vector<WeightError> errors;  // block matrices, in model order
+  std::vector<StageTime> stages;    // in order
   bool calibrated = false, stats_loaded = false;
   int64_t calib_tokens = 0;  // tokens run through the model per block
   uint64_t file_bytes = 0;

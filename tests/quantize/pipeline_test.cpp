@@ -82,6 +82,15 @@ TEST(Pipeline, DataFreePlanWritesAModelThatRuns) {
   const QuantizeResult r = quantize_model(o, ev);
   EXPECT_EQ(calib::block_runs(), runs0);  // Q8_0 needs no statistics: no forward
   EXPECT_FALSE(r.calibrated);
+  // Each stage carries the high-water mark at its end: positive, never falling.
+  ASSERT_FALSE(r.stages.empty());
+  for (size_t i = 0; i < r.stages.size(); ++i) {
+    EXPECT_GT(r.stages[i].peak_rss_bytes, 0) << r.stages[i].name;
+    if (i > 0) {
+      EXPECT_GE(r.stages[i].peak_rss_bytes, r.stages[i - 1].peak_rss_bytes) << r.stages[i].name;
+    }
+  }
+  EXPECT_LE(r.stages.back().peak_rss_bytes, r.peak_rss_bytes);
   EXPECT_NE(log.find("blk.4.ffn_down.weight"), std::string::npos) << log;
   EXPECT_EQ(r.errors.size(), 35u);
   for (const auto& e : r.errors) EXPECT_LT(e.rel_error, 1e-3) << e.name;
