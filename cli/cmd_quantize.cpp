@@ -119,6 +119,7 @@ void print_summary_json(const quant::QuantizeResult& r, const quant::QuantizeOpt
               {"calib_len", o.calib_len},
               {"seed", o.seed},
               {"gptq_passes", o.method_opts.gptq_passes},
+              {"gptq_descent", o.method_opts.descent_rounds},
               {"tune_steps", o.method_opts.tune_steps},
               {"tune_lr", o.method_opts.tune_lr},
               {"file_bytes", r.file_bytes},
@@ -156,6 +157,9 @@ int run(const std::vector<std::string>& args) {
       "gptq-passes", po::value<int>()->default_value(quant::MethodOptions{}.gptq_passes),
       "gptq: GPTQ passes, each followed by a least-squares refit of the group scales; a pass after the first reruns "
       "GPTQ with the refitted scales fixed (stops early when a pass does not lower the output error)")(
+      "gptq-descent", po::value<int>()->default_value(quant::MethodOptions{}.descent_rounds),
+      "gptq: after the passes, rounds of coordinate descent on the codes (every code in turn moves to the level "
+      "that lowers the output error most, scales fixed), each followed by the scale refit (0: none; stops early when a round moves no code or does not lower the error)")(
       "tune-steps", po::value<int>()->default_value(quant::MethodOptions{}.tune_steps),
       "tune: Adam steps from optimal's result (0: optimal's result as is)")(
       "tune-lr", po::value<double>()->default_value(quant::MethodOptions{}.tune_lr), "tune: Adam's learning rate")(
@@ -218,6 +222,7 @@ int run(const std::vector<std::string>& args) {
   if (vm.count("stats")) o.stats_path = vm["stats"].as<std::string>();
   o.seed = vm["seed"].as<uint64_t>();
   o.method_opts.gptq_passes = vm["gptq-passes"].as<int>();
+  o.method_opts.descent_rounds = vm["gptq-descent"].as<int>();
   o.method_opts.tune_steps = vm["tune-steps"].as<int>();
   o.method_opts.tune_lr = vm["tune-lr"].as<double>();
   if (vm.count("type")) {

@@ -26,6 +26,10 @@ using Eigen::Index;
 constexpr Index kRowTile = 64, kSubBatch = 16, kPanel = 256;
 static_assert(kGroup % kSubBatch == 0);
 
+// Coordinate-descent sweeps over the codes per descent round (opts.descent_rounds): a sweep
+// that moves no code ends the round earlier.
+constexpr int kDescentSweeps = 8;
+
 // The dense factorizations below on fixed tiles of kFactorTile: every tile's product is one
 // BLAS call on one thread (OpenBLAS's OpenMP build stays on the calling thread inside a parallel
 // region), so the results do not depend on the thread count, and both threads work (LAPACK's
@@ -223,6 +227,18 @@ void gptq_ternary(const MatrixIn& in, const MethodOptions& opts, TernaryMatrix& 
     for (int p = 1; p < opts.gptq_passes; ++p) {
       const TernaryMatrix prev = out;
       pass(true);
+      const double e = refit.apply(opts.four_levels, out);
+      if (!(e < best)) {
+        out = prev;
+        break;
+      }
+      best = e;
+    }
+    // Then rounds of coordinate descent on the codes (scales fixed) and refit (codes fixed), each
+    // kept only when it lowers the output error; they stop when the descent moves no code.
+    for (int round = 0; round < opts.descent_rounds; ++round) {
+      const TernaryMatrix prev = out;
+      if (refit.descend_codes(opts.four_levels, kDescentSweeps, out) == 0) break;
       const double e = refit.apply(opts.four_levels, out);
       if (!(e < best)) {
         out = prev;

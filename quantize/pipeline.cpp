@@ -387,7 +387,8 @@ QuantizeResult run_quantize(const QuantizeOptions& o, const QuantizeEvents& ev, 
     job["plan"] = nlohmann::ordered_json::parse(rp.json());
     job["rotation"] = rotation_json(o);
     job["seed"] = o.seed;
-    job["method_options"] = {{"gptq_passes", o.method_opts.gptq_passes}, {"tune_steps", o.method_opts.tune_steps},
+    job["method_options"] = {{"gptq_passes", o.method_opts.gptq_passes}, {"gptq_descent", o.method_opts.descent_rounds},
+                             {"tune_steps", o.method_opts.tune_steps},
                              {"tune_lr", o.method_opts.tune_lr}};
     job["residual"] = {{"kind", residual_kind_name(o.residual.kind)}, {"dim", o.residual.dim},
                        {"size", o.residual.size}, {"rows", o.residual.rows}};

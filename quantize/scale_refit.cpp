@@ -123,4 +123,50 @@ double ScaleRefit::apply(bool four_levels, TernaryMatrix& out) const {
   return total;
 }
 
+int64_t ScaleRefit::descend_codes(bool four_levels, int sweeps, TernaryMatrix& out) const {
+  const Index rows = in_.rows, cols = in_.cols, groups = cols / kGroup;
+  const float* g = g_.data();
+  const int lo = -1, hi = four_levels ? 2 : 1;
+  std::vector<int64_t> moved(static_cast<size_t>(rows), 0);  // summed in row order: no thread race
+#pragma omp parallel for schedule(dynamic, 1)
+  for (Index r0 = 0; r0 < rows; r0 += kRowPanel) {
+    const Index nr = std::min(kRowPanel, rows - r0);
+    // s = G(w − ŵ) for the panel's rows: G·w from the constructor, G·ŵ by one SGEMM.
+    MatF what(nr, cols), gwhat(nr, cols);
+    for (Index r = 0; r < nr; ++r)
+      for (Index j = 0; j < cols; ++j)
+        what(r, j) = float(out.codes[size_t((r0 + r) * cols + j)]) * fp16_to_f32(out.scales[size_t((r0 + r) * groups + j / kGroup)]);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(nr), int(cols), int(cols), 1.0f, what.data(), int(cols), g,
+                int(cols), 0.0f, gwhat.data(), int(cols));
+    std::vector<double> s(static_cast<size_t>(cols));
+    for (Index r = 0; r < nr; ++r) {
+      int8_t* codes = out.codes.data() + (r0 + r) * cols;
+      const uint16_t* scales = out.scales.data() + (r0 + r) * groups;
+      for (Index j = 0; j < cols; ++j) s[size_t(j)] = double(gw_[size_t((r0 + r) * cols + j)]) - double(gwhat(r, j));
+      for (int sweep = 0; sweep < sweeps; ++sweep) {
+        int64_t n = 0;
+        for (Index j = 0; j < cols; ++j) {
+          const double d = fp16_to_f32(scales[j / kGroup]), gjj = g[j * cols + j];
+          if (d == 0.0 || !(gjj > 0.0)) continue;  // a silent group or an input never seen
+          const int c = codes[j];
+          const int best = int(std::clamp(std::nearbyint(c + s[size_t(j)] / (d * gjj)), double(lo), double(hi)));
+          if (best == c) continue;
+          const double step = double(best - c) * d;
+          // Moves that gain less than rounding noise would only trade one float error for another.
+          if (!(step * (2.0 * s[size_t(j)] - step * gjj) > 1e-12 * gjj * d * d)) continue;
+          codes[j] = int8_t(best);
+          const float* gj = g + j * cols;  // row j of G = column j (symmetric)
+          for (Index k = 0; k < cols; ++k) s[size_t(k)] -= step * double(gj[k]);
+          ++n;
+        }
+        moved[size_t(r0 + r)] += n;
+        if (n == 0) break;
+      }
+    }
+  }
+  int64_t total = 0;
+  for (int64_t n : moved) total += n;
+  return total;
+}
+
 }  // namespace bonsai::quant

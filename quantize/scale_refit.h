@@ -22,10 +22,20 @@ void refit_scales(const MatrixIn& in, bool four_levels, TernaryMatrix& out);
 // the codes, are computed once. apply() also returns the output error ‖X(W − Ŵ)ᵀ‖² (as
 // output_error) with the scales it leaves: row r's is w_rᵀGw_r − 2dᵀb + dᵀMd, from the same
 // system, so GPTQ's passes compare errors without another product over the matrix.
+//
+// descend_codes() is the other half of the alternation: cyclic coordinate descent on the codes
+// for fixed scales (QuantEase, Behdin et al. 2023). With e = w_r − ŵ_r and s = G e kept current,
+// moving code j by δ (ŵ_j by Δ = δ·d) changes the error by −2Δ s_j + Δ² G_jj, so each code in
+// turn takes the allowed level nearest to c_j + s_j / (d G_jj), the exact minimiser along that
+// coordinate, and s is updated by one column of G. Every move lowers the error, so GPTQ's
+// greedy left-to-right choice (which never revisits a column once later ones have moved) can
+// only improve. Sweeps repeat until a sweep moves nothing or `sweeps` is reached; returns the
+// number of codes moved.
 class ScaleRefit {
  public:
   explicit ScaleRefit(const MatrixIn& in);
   double apply(bool four_levels, TernaryMatrix& out) const;
+  int64_t descend_codes(bool four_levels, int sweeps, TernaryMatrix& out) const;
 
  private:
   const MatrixIn& in_;

@@ -29,6 +29,7 @@ void validate_method_options(const MethodOptions& opts) {
   if (!(opts.gptq_damp >= 0.0) || !std::isfinite(opts.gptq_damp)) bad("gptq damping ", opts.gptq_damp, " must be >= 0");
   if (opts.gptq_block < 1) bad("gptq block ", opts.gptq_block, " must be >= 1");
   if (opts.gptq_passes < 1) bad("gptq passes ", opts.gptq_passes, " must be >= 1");
+  if (opts.descent_rounds < 0) bad("gptq descent rounds ", opts.descent_rounds, " must be >= 0");
   if (opts.tune_steps < 0) bad("tune steps ", opts.tune_steps, " must be >= 0");
   if (!(opts.tune_lr > 0.0) || !std::isfinite(opts.tune_lr)) bad("tune learning rate ", opts.tune_lr, " must be > 0");
 }

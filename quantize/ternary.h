@@ -41,6 +41,9 @@ struct MethodOptions {
   // gptq with refit_scales: passes in all; each after the first re-runs GPTQ with the refitted
   // scales fixed, then refits again (stops early when a pass does not lower the output error).
   int gptq_passes = 4;
+  // gptq with refit_scales, after the passes: rounds of coordinate descent on the codes for fixed
+  // scales, each followed by a refit (ScaleRefit::descend_codes; stops early the same way).
+  int descent_rounds = 4;
   // Stage 2 (quantize/grid4.h): PQ2_0's grid {-1, 0, +1, +2}·d, d of either sign. Per-group
   // methods refine their stage-1 result by Lloyd iterations; gptq uses the grid inside its error
   // feedback. The result packs only as PQ2_0.
