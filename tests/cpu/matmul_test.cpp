@@ -306,15 +306,19 @@ TEST(CpuMatmul, CorruptedWeightByteIsCaught) {
 TEST(CpuMatmul, ResultDoesNotDependOnThreadCount) {
   std::mt19937 rng(5);
   const int saved = omp_get_max_threads();
+  // The product on 3 threads, after checking it bit for bit against 1 thread.
+  auto on_3_threads = [](const Weights& m, const std::vector<float>& x, int64_t tokens, TypeId id) {
+    std::vector<float> y1(size_t(m.rows() * tokens)), y3(y1.size());
+    omp_set_num_threads(1);
+    cpu::matmul(m.t, x.data(), tokens, y1.data());
+    omp_set_num_threads(3);
+    cpu::matmul(m.t, x.data(), tokens, y3.data());
+    EXPECT_EQ(0, std::memcmp(y1.data(), y3.data(), y1.size() * 4)) << traits(id).name;
+    return y3;
+  };
   for (TypeId id : {TypeId::F16, TypeId::Q8_0, TypeId::PTQ1_0, TypeId::TQ1_0}) {
     const Weights m = make_weights(id, 131, 768, false, rng);
-    const auto x = random_x(768 * 5, rng);
-    std::vector<float> y1(131 * 5), y3(y1.size());
-    omp_set_num_threads(1);
-    cpu::matmul(m.t, x.data(), 5, y1.data());
-    omp_set_num_threads(3);
-    cpu::matmul(m.t, x.data(), 5, y3.data());
-    EXPECT_EQ(0, std::memcmp(y1.data(), y3.data(), y1.size() * 4)) << traits(id).name;
+    on_3_threads(m, random_x(768 * 5, rng), 5, id);
   }
   // Prompt-sized products: float weights as SGEMMs over tiles of 256 rows (600 rows end in a
   // partial tile); quantized ones unpacked by tiles of rows (3072 columns: tiles of 21 rows), with
@@ -322,13 +326,7 @@ TEST(CpuMatmul, ResultDoesNotDependOnThreadCount) {
   for (auto [id, cols] : {std::pair{TypeId::BF16, int64_t(96)}, {TypeId::PTQ1_0, 3072}, {TypeId::TQ2_0, 3072}}) {
     const Weights f = make_weights(id, 600, cols, false, rng);
     const auto xf = random_x(cols * 20, rng);
-    std::vector<float> z1(600 * 20), z3(z1.size());
-    omp_set_num_threads(1);
-    cpu::matmul(f.t, xf.data(), 20, z1.data());
-    omp_set_num_threads(3);
-    cpu::matmul(f.t, xf.data(), 20, z3.data());
-    EXPECT_EQ(0, std::memcmp(z1.data(), z3.data(), z1.size() * 4)) << traits(id).name;
-    EXPECT_EQ("", mismatch(f, xf, 20, z3)) << traits(id).name;
+    EXPECT_EQ("", mismatch(f, xf, 20, on_3_threads(f, xf, 20, id))) << traits(id).name;
   }
   omp_set_num_threads(saved);
 }
