@@ -159,7 +159,8 @@ int run(const std::vector<std::string>& args) {
       "GPTQ with the refitted scales fixed (stops early when a pass does not lower the output error)")(
       "gptq-descent", po::value<int>()->default_value(quant::MethodOptions{}.descent_rounds),
       "gptq: after the passes, rounds of coordinate descent on the codes (every code in turn moves to the level "
-      "that lowers the output error most, scales fixed), each followed by the scale refit (0: none; stops early when a round moves no code or does not lower the error)")(
+      "that lowers the output error most, scales fixed), each followed by the scale refit (0: none; stops early "
+      "when a round moves no code or does not lower the error)")(
       "tune-steps", po::value<int>()->default_value(quant::MethodOptions{}.tune_steps),
       "tune: Adam steps from optimal's result (0: optimal's result as is)")(
       "tune-lr", po::value<double>()->default_value(quant::MethodOptions{}.tune_lr), "tune: Adam's learning rate")(

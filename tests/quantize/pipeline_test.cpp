@@ -157,6 +157,8 @@ TEST(QuantizeCli, DryRunAndOptionErrors) {
   EXPECT_NE(out.find("--rotate must be none or hadamard"), std::string::npos) << out;
   EXPECT_EQ(test::run_bonsai("quantize -m " + m + " -o x.gguf --gptq-passes 0", &out), 1) << out;
   EXPECT_NE(out.find("gptq passes 0 must be >= 1"), std::string::npos) << out;
+  EXPECT_EQ(test::run_bonsai("quantize -m " + m + " -o x.gguf --gptq-descent -1", &out), 1) << out;
+  EXPECT_NE(out.find("gptq descent rounds -1 must be >= 0"), std::string::npos) << out;
   EXPECT_EQ(test::run_bonsai("quantize -m " + m + " -o x.gguf --tune-lr nan", &out), 1) << out;
   EXPECT_NE(out.find("tune learning rate nan must be > 0"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists("x.gguf.partial"));  // refused before the job's checkpoint folder
