@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "formats/error.h"
@@ -12,6 +13,7 @@
 #include "runtime/cpu/parallel.h"
 #if BONSAI_CPU_AVX2
 #include "runtime/cpu/kernels_avx2.h"
+#include "runtime/cpu/kernels_avx512.h"
 #endif
 
 namespace bonsai::cpu {
@@ -49,6 +51,9 @@ void check_count(const Tensor& w, const char* op, const char* what, int64_t n) {
 // region), so no tile's result depends on the thread count.
 constexpr int64_t kGemmTileRows = 256;
 
+// The widest path matmul may take (cap_matmul_path): the CPU's best unless capped.
+std::atomic<MatmulPath> path_cap{MatmulPath::avx512};
+
 bool float_weights(TypeId t) { return t == TypeId::F32 || t == TypeId::F16 || t == TypeId::BF16; }
 
 void matmul_gemm(const Tensor& w, const Matrix& m, const float* x, int64_t n_tokens, float* y) {
@@ -72,6 +77,16 @@ void matmul_gemm(const Tensor& w, const Matrix& m, const float* x, int64_t n_tok
 }  // namespace
 
 #if BONSAI_CPU_AVX2
+bool avx512_usable() {
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    return avx2_usable() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+           __builtin_cpu_supports("avx512vbmi");
+  }();
+  return ok;
+}
+
 bool avx2_usable() {
   static const bool ok = [] {
     __builtin_cpu_init();
@@ -112,13 +127,20 @@ void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
   if (m.rows == 0 || n_tokens == 0) return;
   if (n_tokens >= kGemmTokens && float_weights(w.type)) return matmul_gemm(w, m, x, n_tokens, y);
 #if BONSAI_CPU_AVX2
-  if (avx2_usable()) {
+  const MatmulPath path = matmul_path_taken();
+  if (path >= MatmulPath::avx2) {
     if (const ActLayout* layout = act_layout(w.type)) {
       thread_local QuantAct act;  // reused across calls: no allocation per token once warm
       act.reset(*layout, m.cols, n_tokens);
       avx2::quantize_act(act.elem.data(), act.qk, act.offset, x, m.cols, n_tokens, act.q.data(), act.d.data(),
                          act.corr.data());
       const avx2::ActView view{act.q.data(), act.d.data(), act.corr.data(), m.cols, n_tokens};
+      if (const int64_t scratch = avx512::scratch_bytes(w.type, m.cols, n_tokens);
+          path == MatmulPath::avx512 && scratch > 0) {
+        thread_local std::vector<int8_t> reordered;
+        reordered.resize(size_t(scratch));
+        return avx512::matmul_q8(w.type, w.data, m.rows, m.cols, view, act.elem.data(), reordered.data(), y);
+      }
       if (avx2::matmul_q8(w.type, w.data, m.rows, m.cols, view, y)) return;
     } else if (avx2::matmul_float(w.type, w.data, m.rows, m.cols, x, n_tokens, y)) {
       return;
@@ -137,11 +159,23 @@ void get_rows(const Tensor& w, const int32_t* ids, int64_t n, float* out) {
     m.type->to_float(w.data + uint64_t(ids[i]) * m.row_bytes, out + i * m.cols, m.cols);
 }
 
-const char* matmul_path() {
+MatmulPath matmul_path_taken() {
+  MatmulPath best = MatmulPath::scalar;
 #if BONSAI_CPU_AVX2
-  if (avx2_usable()) return "avx2";
+  if (avx512_usable()) best = MatmulPath::avx512;
+  else if (avx2_usable()) best = MatmulPath::avx2;
 #endif
-  return "scalar";
+  return std::min(best, path_cap.load(std::memory_order_relaxed));
+}
+
+MatmulPath cap_matmul_path(MatmulPath cap) { return path_cap.exchange(cap); }
+
+const char* matmul_path() {
+  switch (matmul_path_taken()) {
+    case MatmulPath::avx512: return "avx512";
+    case MatmulPath::avx2: return "avx2";
+    default: return "scalar";
+  }
 }
 
 }  // namespace bonsai::cpu

@@ -33,7 +33,18 @@ void matmul_ref(const Tensor& w, const float* x, int64_t n_tokens, float* y);
 // table's to_float, for i < n. Throws Error naming the tensor when an id is outside [0, rows).
 void get_rows(const Tensor& w, const int32_t* ids, int64_t n, float* out);
 
-// "avx2" when matmul uses the AVX2+FMA+F16C kernels on this CPU, else "scalar" (matmul_ref).
+// The kernels matmul takes, widest last: scalar (matmul_ref); avx2 (AVX2+FMA+F16C); avx512 (the
+// AVX2 kernels, except Q8_0's products and PTQ1_0's per-token ones, which use AVX-512 VNNI/VBMI:
+// kernels_avx512.h).
+enum class MatmulPath { scalar, avx2, avx512 };
+
+// The widest path this CPU has, capped by cap_matmul_path.
+MatmulPath matmul_path_taken();
+// "avx512", "avx2" or "scalar": matmul_path_taken() by name.
 const char* matmul_path();
+
+// Caps the path matmul takes (default avx512, i.e. no cap) and returns the previous cap: tests
+// hold every path to the reference, and bench_matmul compares them on one machine.
+MatmulPath cap_matmul_path(MatmulPath cap);
 
 }  // namespace bonsai::cpu

@@ -152,7 +152,7 @@ std::string mismatch(const Weights& m, const std::vector<float>& x, int64_t n_to
   cpu::matmul_ref(m.t, x.data(), n_tokens, ref.data());
 
   const cpu::ActLayout* layout = cpu::act_layout(m.t.type);
-  const bool int8_path = layout && std::string(cpu::matmul_path()) == "avx2";
+  const bool int8_path = layout && cpu::matmul_path_taken() != cpu::MatmulPath::scalar;
   cpu::QuantAct a;
   std::vector<int> elem;
   if (int8_path) {
@@ -209,97 +209,127 @@ std::vector<float> run_matmul(const Weights& m, const std::vector<float>& x, int
 
 const char* kinds[] = {"encoded", "raw"};
 
+// Runs check() once on every vector path this CPU has (avx2, then avx512 where it has it), each
+// the widest path matmul may take meanwhile; the label names the path for the failure message.
+template <class Check>
+void on_each_path(const Check& check) {
+  const cpu::MatmulPath best = cpu::matmul_path_taken();
+  for (cpu::MatmulPath p : {cpu::MatmulPath::avx2, cpu::MatmulPath::avx512}) {
+    if (p > best) break;
+    cpu::cap_matmul_path(p);
+    check(std::string("path ") + cpu::matmul_path());
+  }
+  cpu::cap_matmul_path(cpu::MatmulPath::avx512);
+}
+
 }  // namespace
 
-TEST(CpuMatmul, UsesTheAvx2PathWhenTheCpuHasIt) {
+TEST(CpuMatmul, TakesTheWidestPathTheCpuHas) {
   __builtin_cpu_init();
   const bool avx2 =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+                      __builtin_cpu_supports("avx512vbmi");
+  EXPECT_STREQ(cpu::matmul_path(), avx512 ? "avx512" : avx2 ? "avx2" : "scalar");
+  const cpu::MatmulPath before = cpu::cap_matmul_path(cpu::MatmulPath::avx2);
   EXPECT_STREQ(cpu::matmul_path(), avx2 ? "avx2" : "scalar");
+  cpu::cap_matmul_path(before);
 }
 
-// Every type x cols {256, 512, 768, 2048} (float types also 37, 100) x rows {1, 5, 67} x tokens
-// {1, 3, 17}: rows 67 split unevenly over threads, 17 tokens leave a partial group of 4, and the
-// large shapes take the threaded, tiled path while the small ones run on one thread.
+// Every type x cols {256, 512, 768, 2048} (float types also 37, 100; 32-element blocks also 160)
+// x rows {1, 5, 67} x tokens {1, 3, 17}: rows 67 split unevenly over threads, 17 tokens leave a
+// partial group of 4, and the large shapes take the threaded, tiled path while the small ones run
+// on one thread.
 TEST(CpuMatmul, FastPathMatchesReferenceForEveryType) {
-  std::mt19937 rng(7);
-  for (const TypeTraits& tt : all_types()) {
-    for (bool raw : {false, true}) {
-      if (raw && !tt.quantized) continue;
-      std::vector<int64_t> widths = {256, 512, 768, 2048};
-      if (tt.block_elems == 1) widths.insert(widths.begin(), {37, 100});  // float tails past the last 8 / 32
-      for (int64_t cols : widths)
-        for (int64_t rows : {1, 5, 67}) {
-          const Weights m = make_weights(tt.id, rows, cols, raw, rng);
-          for (int64_t n : {1, 3, 17}) {
-            const auto x = random_x(cols * n, rng);
-            const std::string what = std::string(tt.name) + " " + kinds[raw] + " " + std::to_string(cols) + "x" +
-                                     std::to_string(rows) + " n=" + std::to_string(n);
-            ASSERT_EQ(mismatch(m, x, n, run_matmul(m, x, n)), "") << what;
+  on_each_path([](const std::string& path) {
+    std::mt19937 rng(7);
+    for (const TypeTraits& tt : all_types()) {
+      for (bool raw : {false, true}) {
+        if (raw && !tt.quantized) continue;
+        std::vector<int64_t> widths = {256, 512, 768, 2048};
+        if (tt.block_elems == 1) widths.insert(widths.begin(), {37, 100});  // float tails past the last 8 / 32
+        if (tt.block_elems == 32) widths.push_back(160);  // not whole groups of 4 blocks: no AVX-512 Q8_0 kernel
+        for (int64_t cols : widths)
+          for (int64_t rows : {1, 5, 67}) {
+            const Weights m = make_weights(tt.id, rows, cols, raw, rng);
+            for (int64_t n : {1, 3, 17}) {
+              const auto x = random_x(cols * n, rng);
+              const std::string what = path + " " + tt.name + " " + kinds[raw] + " " + std::to_string(cols) + "x" +
+                                       std::to_string(rows) + " n=" + std::to_string(n);
+              ASSERT_EQ(mismatch(m, x, n, run_matmul(m, x, n)), "") << what;
+            }
           }
-        }
+      }
     }
-  }
+  });
 }
 
 // Token t is one-hot at element t, so output [t, r] must be W[r, t] itself: every element of
 // every block position must land on its own weight (a layout or unpacking slip shows as a wrong
-// value at a precise place). One call of cols tokens also exercises the multi-token kernels.
+// value at a precise place). One call of cols tokens exercises the prompt kernels, and one call
+// per token the per-token ones.
 TEST(CpuMatmul, OneHotActivationsPickEachWeight) {
-  std::mt19937 rng(11);
-  for (const TypeTraits& tt : all_types()) {
-    const int64_t cols = 512, rows = 3;
-    const Weights m = make_weights(tt.id, rows, cols, tt.quantized, rng);
-    std::vector<float> x(size_t(cols * cols), 0.0f);
-    for (int64_t t = 0; t < cols; ++t) x[size_t(t * cols + t)] = 1.0f;
-    std::vector<float> y(size_t(rows * cols));
-    cpu::matmul(m.t, x.data(), cols, y.data());
-    for (int64_t t = 0; t < cols; ++t)
-      for (int64_t r = 0; r < rows; ++r) {
-        const float want = m.w[size_t(r * cols + t)];
-        // 1.0 quantizes to 127 * (1/127): exact to a few ulps; the offset correction cancels the
-        // offset to a few ulps of the scale.
-        ASSERT_NEAR(y[size_t(t * rows + r)], want, 1e-6 * (std::fabs(want) + 32 * m.dw[size_t(r * cols + t)]))
-            << tt.name << " element " << t << " row " << r;
-      }
-  }
+  on_each_path([](const std::string& path) {
+    std::mt19937 rng(11);
+    for (const TypeTraits& tt : all_types()) {
+      const int64_t cols = 512, rows = 3;
+      const Weights m = make_weights(tt.id, rows, cols, tt.quantized, rng);
+      std::vector<float> x(size_t(cols * cols), 0.0f);
+      for (int64_t t = 0; t < cols; ++t) x[size_t(t * cols + t)] = 1.0f;
+      std::vector<float> all(size_t(rows * cols)), one(all.size());
+      cpu::matmul(m.t, x.data(), cols, all.data());
+      for (int64_t t = 0; t < cols; ++t) cpu::matmul(m.t, x.data() + t * cols, 1, one.data() + t * rows);
+      for (const auto& [y, how] : {std::pair{&all, "all tokens"}, {&one, "one token"}})
+        for (int64_t t = 0; t < cols; ++t)
+          for (int64_t r = 0; r < rows; ++r) {
+            const float want = m.w[size_t(r * cols + t)];
+            // 1.0 quantizes to 127 * (1/127): exact to a few ulps; the offset correction cancels the
+            // offset to a few ulps of the scale.
+            ASSERT_NEAR((*y)[size_t(t * rows + r)], want, 1e-6 * (std::fabs(want) + 32 * m.dw[size_t(r * cols + t)]))
+                << path << " " << tt.name << " " << how << ", element " << t << " row " << r;
+          }
+    }
+  });
 }
 
 // The checks can fail: after one stored code byte changes, the result computed before the
 // change (what a kernel that skipped the byte would return) must fail them, the new one must
 // pass, and no other row may move.
 TEST(CpuMatmul, CorruptedWeightByteIsCaught) {
-  std::mt19937 rng(3);
-  for (const TypeTraits& tt : all_types()) {
-    if (!tt.quantized) continue;
-    const int64_t cols = 512, rows = 4;
-    Weights m = make_weights(tt.id, rows, cols, false, rng);
-    const Weights orig = m;
-    // First code byte (never the scale) of row 2's second block whose flip changes a weight.
-    const int off = scale_offset(tt.id);
-    const size_t block = 2 * (m.bytes.size() / size_t(rows)) + size_t(tt.block_bytes);
-    std::vector<int64_t> changed;
-    for (size_t i = (off == 0 ? 2 : 0); changed.empty(); ++i) {
-      ASSERT_LT(i, size_t(tt.block_bytes) - (off == 0 ? 0 : 2)) << tt.name << ": no byte flip changes a weight";
-      m = orig;
-      m.bytes[block + i] ^= 0xff;
-      m.decode();
-      for (int64_t k = 0; k < cols; ++k)
-        if (m.w[size_t(2 * cols + k)] != orig.w[size_t(2 * cols + k)]) changed.push_back(k);
-    }
-    // Activations that make the change count: 4 * sign(change) on the changed elements.
-    auto x = random_x(cols, rng);
-    for (int64_t k : changed) x[size_t(k)] = m.w[size_t(2 * cols + k)] > orig.w[size_t(2 * cols + k)] ? 4.0f : -4.0f;
-    const auto before = run_matmul(orig, x, 1);
-    const auto after = run_matmul(m, x, 1);
-    EXPECT_EQ(mismatch(orig, x, 1, before), "") << tt.name;
-    EXPECT_EQ(mismatch(m, x, 1, after), "") << tt.name;
-    EXPECT_NE(mismatch(m, x, 1, before), "") << tt.name << ": stale result passes the corrupted weights";
-    for (int64_t r = 0; r < rows; ++r)
-      if (r != 2) {
-        EXPECT_EQ(after[size_t(r)], before[size_t(r)]) << tt.name << " row " << r;
+  on_each_path([](const std::string& path) {
+    std::mt19937 rng(3);
+    for (const TypeTraits& tt : all_types()) {
+      if (!tt.quantized) continue;
+      const int64_t cols = 512, rows = 4;
+      Weights m = make_weights(tt.id, rows, cols, false, rng);
+      const Weights orig = m;
+      // First code byte (never the scale) of row 2's second block whose flip changes a weight.
+      const int off = scale_offset(tt.id);
+      const size_t block = 2 * (m.bytes.size() / size_t(rows)) + size_t(tt.block_bytes);
+      std::vector<int64_t> changed;
+      for (size_t i = (off == 0 ? 2 : 0); changed.empty(); ++i) {
+        ASSERT_LT(i, size_t(tt.block_bytes) - (off == 0 ? 0 : 2)) << path << " " << tt.name << ": no byte flip changes a weight";
+        m = orig;
+        m.bytes[block + i] ^= 0xff;
+        m.decode();
+        for (int64_t k = 0; k < cols; ++k)
+          if (m.w[size_t(2 * cols + k)] != orig.w[size_t(2 * cols + k)]) changed.push_back(k);
       }
-  }
+      // Activations that make the change count: 4 * sign(change) on the changed elements.
+      auto x = random_x(cols, rng);
+      for (int64_t k : changed) x[size_t(k)] = m.w[size_t(2 * cols + k)] > orig.w[size_t(2 * cols + k)] ? 4.0f : -4.0f;
+      const auto before = run_matmul(orig, x, 1);
+      const auto after = run_matmul(m, x, 1);
+      EXPECT_EQ(mismatch(orig, x, 1, before), "") << path << " " << tt.name;
+      EXPECT_EQ(mismatch(m, x, 1, after), "") << path << " " << tt.name;
+      EXPECT_NE(mismatch(m, x, 1, before), "") << path << " " << tt.name << ": stale result passes the corrupted weights";
+      for (int64_t r = 0; r < rows; ++r)
+        if (r != 2) {
+          EXPECT_EQ(after[size_t(r)], before[size_t(r)]) << path << " " << tt.name << " row " << r;
+        }
+    }
+  });
 }
 
 // Each output row is computed whole by one thread: the thread count must not change a bit.
@@ -317,8 +347,8 @@ TEST(CpuMatmul, ResultDoesNotDependOnThreadCount) {
     return y3;
   };
   for (TypeId id : {TypeId::F16, TypeId::Q8_0, TypeId::PTQ1_0, TypeId::TQ1_0}) {
-    const Weights m = make_weights(id, 131, 768, false, rng);
-    on_3_threads(m, random_x(768 * 5, rng), 5, id);
+    const Weights m = make_weights(id, 131, 1024, false, rng);
+    on_3_threads(m, random_x(1024 * 5, rng), 5, id);
   }
   // Prompt-sized products: float weights as SGEMMs over tiles of 256 rows (600 rows end in a
   // partial tile); quantized ones unpacked by tiles of rows (3072 columns: tiles of 21 rows), with
@@ -448,7 +478,7 @@ TEST(CpuQuantizeAct, LayoutsArePermutationsAndRoundingIsHalfAStep) {
 // The AVX2 quantizer (what matmul runs) writes exactly the bytes of the scalar definition, on
 // random values, exact ties (k + 1/2 steps), all-zero blocks and non-finite values.
 TEST(CpuQuantizeAct, Avx2QuantizerIsBitExact) {
-  if (std::string(cpu::matmul_path()) != "avx2") GTEST_SKIP() << "no AVX2 on this CPU";
+  if (cpu::matmul_path_taken() < cpu::MatmulPath::avx2) GTEST_SKIP() << "no AVX2 on this CPU";
   std::mt19937 rng(8);
   for (const TypeTraits& tt : all_types()) {
     const cpu::ActLayout* l = cpu::act_layout(tt.id);
@@ -479,7 +509,7 @@ TEST(CpuQuantizeAct, Avx2QuantizerIsBitExact) {
 // The bandwidth probe's AVX2 read loop sums every word, tail included (n not a multiple of its
 // 16-word step), with carries across the 64-bit lanes' wrap-around as plain addition has them.
 TEST(CpuBandwidth, Avx2ReadLoopSumsEveryWord) {
-  if (std::string(cpu::matmul_path()) != "avx2") GTEST_SKIP() << "no AVX2 on this CPU";
+  if (cpu::matmul_path_taken() < cpu::MatmulPath::avx2) GTEST_SKIP() << "no AVX2 on this CPU";
   std::mt19937_64 rng(3);
   for (int64_t n : {0, 1, 15, 16, 17, 1000, 4099}) {
     std::vector<uint64_t> v(static_cast<size_t>(n), 0);

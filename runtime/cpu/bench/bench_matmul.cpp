@@ -3,7 +3,10 @@
 // token, so this ratio is the fraction of the memory speed a decode step can reach.
 //
 //   bench_matmul [--threads N] [--types PTQ1_0,Q8_0,...] [--tokens N] [--min-mb MB] [--no-model]
+//                [--path scalar|avx2|avx512]
 //
+// --path caps the kernels at that instruction set (the header line prints the path taken), so
+// one machine compares them.
 // Each shape is benchmarked over enough distinct copies of the matrix (>= --min-mb, default 256)
 // that the weights come from memory, not from the last-level cache. The model sweep runs the
 // matrices of a Qwen3-1.7B-sized decoder (28 layers; hidden 2048, 16+8+8 heads of 128,
@@ -135,8 +138,19 @@ int main(int argc, char** argv) {
     else if (a == "--tokens") n_tokens = std::max<int64_t>(1, std::atoll(value().c_str()));
     else if (a == "--min-mb") min_mb = std::atof(value().c_str());
     else if (a == "--no-model") model = false;
-    else {
-      std::fprintf(stderr, "usage: bench_matmul [--threads N] [--types A,B] [--tokens N] [--min-mb MB] [--no-model]\n");
+    else if (a == "--path") {
+      const std::string p = value();
+      if (p != "scalar" && p != "avx2" && p != "avx512") {
+        std::fprintf(stderr, "bench_matmul: --path is scalar, avx2 or avx512, not %s\n", p.c_str());
+        return 2;
+      }
+      cpu::cap_matmul_path(p == "scalar" ? cpu::MatmulPath::scalar
+                           : p == "avx2" ? cpu::MatmulPath::avx2
+                                         : cpu::MatmulPath::avx512);
+    } else {
+      std::fprintf(stderr,
+                   "usage: bench_matmul [--threads N] [--types A,B] [--tokens N] [--min-mb MB] [--no-model] "
+                   "[--path scalar|avx2|avx512]\n");
       return 2;
     }
   }

@@ -1,0 +1,32 @@
+// The AVX-512 kernels (kernels_avx512.cpp, the only file compiled with AVX-512 F/BW/VL, VNNI and
+// VBMI). Call them only after avx512_usable(). As in kernels_avx2.h, the interface is plain
+// pointers and integers: no std:: template may be instantiated in that file.
+#pragma once
+#include <cstdint>
+
+#include "formats/types.h"
+#include "runtime/cpu/kernels_avx2.h"
+
+namespace bonsai::cpu {
+// Whether this CPU has AVX-512 F, BW, VL, VNNI and VBMI besides AVX2/FMA/F16C (defined in
+// matmul.cpp, compiled for the baseline CPU): the check before any call into avx512::.
+bool avx512_usable();
+}  // namespace bonsai::cpu
+
+namespace bonsai::cpu::avx512 {
+
+// Bytes of scratch matmul_q8 needs for these activations, or 0 when it has no kernel for the
+// type and shape (the caller then takes the AVX2 kernel). PTQ1_0's serves the per-token products
+// (n_tokens < kGemmTokens: prompts keep AVX2's gemm_q8, which unpacks each block once per tile of
+// rows); Q8_0's, whose codes need no unpacking, serves any number of tokens. Both want whole
+// groups of four blocks per row.
+int64_t scratch_bytes(TypeId type, int64_t cols, int64_t n_tokens);
+
+// y[t*rows + r] for activations `a` quantized in act_layout(type)'s order (elem: that layout's
+// position -> element table). The kernel first lays out what it needs from them in the scratch
+// (scratch_bytes), then reads the weights once for up to four tokens at a time. The integer block
+// sums are exactly those of the AVX2 kernel; only float rounding differs.
+void matmul_q8(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView& a,
+               const int32_t* elem, int8_t* scratch, float* y);
+
+}  // namespace bonsai::cpu::avx512
