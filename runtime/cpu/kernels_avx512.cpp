@@ -126,6 +126,15 @@ void reorder_ptq1(const int32_t* elem, const int8_t* q, int64_t cols, int64_t n_
   }
 }
 
+// Lane k: bytes Off.. of block b[k]'s codes, those the mask selects (the rest 0). Spelled out:
+// an insert's lane must be a constant, which a loop gives only once unrolled (not at -O1).
+template <int Off, uint16_t Mask>
+__m512i quad_lanes(const block_ptq1_0* b) {
+  auto at = [&](int k) { return _mm_maskz_loadu_epi8(Mask, b[k].qs + Off); };
+  const __m512i v = _mm512_inserti32x4(_mm512_castsi128_si512(at(0)), at(1), 1);
+  return _mm512_inserti32x4(_mm512_inserti32x4(v, at(2), 2), at(3), 3);
+}
+
 // The sums of four registers' lanes, as the four lanes of one.
 __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
   auto half = [](__m512 v) {
@@ -154,15 +163,9 @@ void dot_ptq1(const Lut& lut, const block_ptq1_0* const* w, int64_t nq, const in
   for (int64_t i = 0; i < nq; ++i, act += kQuadBytes) {
     for (int k = 0; k < R; ++k) {
       const block_ptq1_0* q = w[k] + kQuad * i;
-      __m512i s = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[0].qs)));
-      __m512i r = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(0x3ff, q[0].qs + 16));
-      for (int j = 1; j < kQuad; ++j) {
-        s = _mm512_inserti32x4(s, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q[j].qs)), j);
-        r = _mm512_inserti32x4(r, _mm_maskz_loadu_epi8(0x3ff, q[j].qs + 16), j);
-      }
       __m512i c[kRegs];
-      lut.digits(s, c);
-      lut.digits(r, c + 5);
+      lut.digits(quad_lanes<0, 0xffff>(q), c);
+      lut.digits(quad_lanes<16, 0x3ff>(q), c + 5);
       const __m128 dw = _mm_cvtph_ps(_mm_setr_epi16(short(q[0].d), short(q[1].d), short(q[2].d), short(q[3].d), 0, 0, 0, 0));
       for (int t = 0; t < T; ++t) {
         // two chains of five vpdpbusd (S, then R registers) instead of one of ten
