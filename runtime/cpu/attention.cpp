@@ -59,22 +59,14 @@ void attention(const float* q, const float* k_cache, const float* v_cache, int64
 #pragma omp for collapse(2) schedule(dynamic, 4)
     for (int64_t t = 0; t < n; ++t)
       for (int64_t h = 0; h < n_head; ++h) {
-        const float* qv = q + (t * n_head + h) * head_dim;
-        const int64_t kvh = h / group, last = pos0 + t;
-        for (int64_t j = 0; j <= last; ++j) {
-          const float* kv = k_cache + j * kv_dim + kvh * head_dim;
-          float s = 0;
-          for (int64_t i = 0; i < head_dim; ++i) s += qv[i] * kv[i];
-          score[size_t(j)] = s * scale;
-        }
-        softmax(score.data(), last + 1);
-        float* o = out + (t * n_head + h) * head_dim;
-        std::fill(o, o + head_dim, 0.0f);
-        for (int64_t j = 0; j <= last; ++j) {
-          const float p = score[size_t(j)];
-          const float* vv = v_cache + j * kv_dim + kvh * head_dim;
-          for (int64_t i = 0; i < head_dim; ++i) o[i] += p * vv[i];
-        }
+        // Two matrix-vector products (OpenBLAS's vectorized sgemv, on this thread): the scores
+        // K·q of the positions this token sees, then the output Vᵀ·softmax(scores).
+        const int64_t kvh = h / group, seen = pos0 + t + 1;
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, int(seen), int(head_dim), scale, k_cache + kvh * head_dim, int(kv_dim),
+                    q + (t * n_head + h) * head_dim, 1, 0.0f, score.data(), 1);
+        softmax(score.data(), seen);
+        cblas_sgemv(CblasRowMajor, CblasTrans, int(seen), int(head_dim), 1.0f, v_cache + kvh * head_dim, int(kv_dim),
+                    score.data(), 1, 0.0f, out + (t * n_head + h) * head_dim, 1);
       }
   }
 }
