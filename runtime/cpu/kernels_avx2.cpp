@@ -26,7 +26,6 @@ using tiles::for_rows;
 using tiles::kTokens;
 using tiles::min64;
 
-
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
