@@ -7,10 +7,19 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "formats/error.h"
 
 namespace bonsai {
+namespace {
+
+// The live maps, start -> size: what release() may hand back.
+std::mutex live_mutex;
+std::map<const uint8_t*, uint64_t> live;
+
+}  // namespace
 
 std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -36,13 +45,34 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
       fail(path, "cannot map: ", std::strerror(e));
     }
     m->data_ = static_cast<const uint8_t*>(p);
+    const std::lock_guard<std::mutex> lock(live_mutex);
+    live[m->data_] = m->size_;
   }
   ::close(fd);
   return m;
 }
 
 MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (!data_) return;
+  {
+    const std::lock_guard<std::mutex> lock(live_mutex);
+    live.erase(data_);
+  }
+  ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+bool MappedFile::release(const void* p, uint64_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  const std::lock_guard<std::mutex> lock(live_mutex);
+  auto it = live.upper_bound(b);  // the first map starting after b; the one before may hold it
+  if (it == live.begin()) return false;
+  --it;
+  if (b + n > it->first + it->second) return false;
+  const auto page = uint64_t(::sysconf(_SC_PAGESIZE));
+  const uint64_t from = (uint64_t(b - it->first) + page - 1) / page * page;
+  const uint64_t to = uint64_t(b + n - it->first) / page * page;
+  if (to > from) ::madvise(const_cast<uint8_t*>(it->first) + from, to - from, MADV_DONTNEED);
+  return true;
 }
 
 }  // namespace bonsai

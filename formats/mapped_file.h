@@ -16,6 +16,13 @@ class MappedFile {
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
 
+  // Gives back the memory of the whole pages inside [p, p + n) when that range lies in a live
+  // MappedFile: they leave the process's resident set and are read again from the file if touched
+  // (the map is private and never written, so nothing is lost). False, and nothing done, for any
+  // other memory. For a reader that keeps its own copy of those bytes (the CPU backend's regrouped
+  // weights), so that the file's pages do not count a second time.
+  static bool release(const void* p, uint64_t n);
+
   const uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
   const std::string& path() const { return path_; }
