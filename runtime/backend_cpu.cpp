@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "formats/error.h"
+#include "formats/mapped_file.h"
 #include "runtime/backend.h"
 #include "runtime/cpu/attention.h"
 #include "runtime/cpu/bandwidth.h"
@@ -38,7 +39,16 @@ class CpuBackend final : public Backend {
   void embed(const Tensor& table, const int32_t* ids, int64_t n, float* out) override {
     cpu::get_rows(table, ids, n, out);
   }
-  void matmul(const Tensor& w, const float* x, int64_t n, float* y) override { cpu::matmul(w, x, n, y); }
+  void matmul(const Tensor& w, const float* x, int64_t n, float* y) override {
+    const auto key = std::make_pair(w.uid, w.data);
+    auto it = regrouped_.find(key);
+    if (it == regrouped_.end()) {
+      it = regrouped_.emplace(key, cpu::pack_weights(w)).first;
+      // From now on only the copy is read: the file's pages need not stay resident beside it.
+      if (!it->second.empty()) MappedFile::release(w.data, w.nbytes);
+    }
+    cpu::matmul(w, x, n, y, &it->second);
+  }
   void matmul_residual(const ResidualView& r, const float* x, int64_t n, float* y) override {
     const auto key = std::make_pair(r.index_uid, r.indices);
     auto it = packed_.find(key);
@@ -116,6 +126,10 @@ class CpuBackend final : public Backend {
   // Each residual's indices regrouped for the int8 lookup kernel (cpu::pack_residual_indices),
   // made on first use: as many bytes as the indices, which a token then reads instead.
   std::map<std::pair<uint64_t, const uint8_t*>, std::vector<uint8_t>> packed_;
+  // Each weight regrouped for its kernel (cpu::pack_weights; empty for most types), made on first
+  // use: PTQ1_0's quads on the AVX-512 path, read instead of the stored blocks from then on. As
+  // many bytes as the weights, whose file pages are released meanwhile (MappedFile::release).
+  std::map<std::pair<uint64_t, const uint8_t*>, std::vector<uint8_t>> regrouped_;
 };
 
 }  // namespace

@@ -2,16 +2,19 @@
 // matmul.cpp calls it only when avx512_usable(). Like kernels_avx2.cpp it takes the block layouts
 // from blocks.h and calls no library code.
 //
-// PTQ1_0 per token. The AVX2 kernel turns each base-3 byte into digits with two 16-bit multiplies
-// per 16 digits; on a machine whose memory streams 30+ GB/s per core that decode, not memory, sets
-// the speed (21% of the bandwidth roofline on a 2-core Zen 5). Here the digits of 64 bytes at once
-// come from table lookups: a 256-entry byte table is two 128-entry byte permutes (vpermi2b: the
-// byte's low 7 bits pick the entry) and a blend on its top bit. One table packs digits 0..3 two
-// bits each (a shift and a mask pick one), another holds digit 4; their 2 x 4 registers stay
-// loaded. Four blocks (a "quad") go through together, one block per 128-bit lane, and VNNI's
-// vpdpbusd multiplies the 0..2 codes with the int8 activations and sums them in int32.
-// Those activations are the ones AVX2 quantized (act_quant.h, one scale per block), only
-// reordered into the quad's register order once per call.
+// PTQ1_0, any number of tokens. The AVX2 kernel turns each base-3 byte into digits with two
+// 16-bit multiplies per 16 digits; on a machine whose memory streams 30+ GB/s per core that
+// decode, not memory, sets the speed (21% of the bandwidth roofline on a 2-core Zen 5). Here the
+// digits of 64 bytes at once come from table lookups: a 256-entry byte table is two 128-entry byte
+// permutes (vpermi2b: the byte's low 7 bits pick the entry) and a blend on its top bit. One table
+// packs digits 0..3 two bits each (a shift and a mask pick one), another holds digit 4; their
+// 2 x 4 registers stay loaded. Four blocks (a "quad") go through together, one block per 128-bit
+// lane, and VNNI's vpdpbusd multiplies the 0..2 codes with the int8 activations and sums them in
+// int32. Those activations are the ones AVX2 quantized (act_quant.h, one scale per block), only
+// reordered into the quad's register order once per call. The weights are read regrouped by
+// quads (pack_ptq1, made once per weight by the caller): a quad's codes are then one 64-byte load
+// and one byte permute instead of eight 16-byte loads (four of them masked) and six lane inserts,
+// and its four scales one 8-byte load instead of four scalar loads and inserts.
 //
 // Q8_0, any number of tokens. Its codes need no unpacking; what AVX-512 saves over AVX2 is the
 // per-block work: two blocks per register, one vpdpbusd per register and token instead of AVX2's
@@ -25,6 +28,8 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
+
+#include <cstring>
 
 #include "formats/blocks.h"
 #include "runtime/cpu/parallel.h"
@@ -47,6 +52,7 @@ using tiles::kTokens;
 constexpr int kQuad = 4;
 constexpr int kRegs = 10;
 constexpr int64_t kQuadBytes = 64 * kRegs;  // activation bytes per quad and token
+constexpr int64_t kQuadBytesW = kQuad * int64_t(sizeof(block_ptq1_0));  // weight bytes per quad
 
 // The element of a block that byte j of register z's lane holds, or -1.
 constexpr int quad_elem(int z, int j) {
@@ -126,13 +132,24 @@ void reorder_ptq1(const int32_t* elem, const int8_t* q, int64_t cols, int64_t n_
   }
 }
 
-// Lane k: bytes Off.. of block b[k]'s codes, those the mask selects (the rest 0). Spelled out:
-// an insert's lane must be a constant, which a loop gives only once unrolled (not at -O1).
-template <int Off, uint16_t Mask>
-__m512i quad_lanes(const block_ptq1_0* b) {
-  auto at = [&](int k) { return _mm_maskz_loadu_epi8(Mask, b[k].qs + Off); };
-  const __m512i v = _mm512_inserti32x4(_mm512_castsi128_si512(at(0)), at(1), 1);
-  return _mm512_inserti32x4(_mm512_inserti32x4(v, at(2), 2), at(3), 3);
+// The quad layout (pack_ptq1) of a row: its blocks four at a time, each quad 112 bytes (as many
+// as its four blocks), [0, 64): block k's qs[0..16) at 16k (register S's lanes as they are),
+// [64, 104): block k's qs[16..24) and qh[0..2) at 64 + 10k (R's ten bytes a lane), [104, 112):
+// block k's d at 104 + 2k.
+constexpr int kQuadR = 64, kQuadD = 104, kRBytes = 10;
+static_assert(kQuadD + 2 * kQuad == kQuad * int(sizeof(block_ptq1_0)), "a quad is as long as its blocks");
+
+// R's lanes from the 64 bytes at quad + 48 (inside the quad): lane k byte j <- 16 + 10k + j. Bytes
+// 10..15 of a lane take the next ones, which meet zero activations.
+__m512i r_lanes(const uint8_t* quad) {
+  alignas(64) static constexpr struct Idx {
+    uint8_t v[64];
+    constexpr Idx() : v() {
+      for (int k = 0; k < kQuad; ++k)
+        for (int j = 0; j < 16; ++j) v[16 * k + j] = uint8_t(kQuadR - 48 + kRBytes * k + j);
+    }
+  } idx;
+  return _mm512_permutexvar_epi8(_mm512_load_si512(idx.v), _mm512_loadu_si512(quad + 48));
 }
 
 // The sums of four registers' lanes, as the four lanes of one.
@@ -150,7 +167,7 @@ __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
 // of 2048 columns is only four quads: R rows per call share the tables' loads and the final
 // reductions, which one row alone pays for every four quads.
 template <int R, int T>
-void dot_ptq1(const Lut& lut, const block_ptq1_0* const* w, int64_t nq, const int8_t* act, int64_t stride,
+void dot_ptq1(const Lut& lut, const uint8_t* const* w, int64_t nq, const int8_t* act, int64_t stride,
               const float* const* d, const float* const* corr, float (*out)[kTokens]) {
   const __m512i lane_of = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   __m512 acc[R][T];
@@ -162,11 +179,11 @@ void dot_ptq1(const Lut& lut, const block_ptq1_0* const* w, int64_t nq, const in
     }
   for (int64_t i = 0; i < nq; ++i, act += kQuadBytes) {
     for (int k = 0; k < R; ++k) {
-      const block_ptq1_0* q = w[k] + kQuad * i;
+      const uint8_t* q = w[k] + kQuadBytesW * i;
       __m512i c[kRegs];
-      lut.digits(quad_lanes<0, 0xffff>(q), c);
-      lut.digits(quad_lanes<16, 0x3ff>(q), c + 5);
-      const __m128 dw = _mm_cvtph_ps(_mm_setr_epi16(short(q[0].d), short(q[1].d), short(q[2].d), short(q[3].d), 0, 0, 0, 0));
+      lut.digits(_mm512_loadu_si512(q), c);
+      lut.digits(r_lanes(q), c + 5);
+      const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + kQuadD)));
       for (int t = 0; t < T; ++t) {
         // two chains of five vpdpbusd (S, then R registers) instead of one of ten
         const int8_t* a = act + t * stride;
@@ -195,11 +212,12 @@ void dot_ptq1(const Lut& lut, const block_ptq1_0* const* w, int64_t nq, const in
   }
 }
 
-// Rows per call of dot_ptq1 for one token, where a row is at most kShortQuads quads (prompt-sized
-// groups of tokens already share each row's overhead among their kTokens tokens). Measured with
-// bench_matmul on the 2-core Zen 5, 2 threads: 2048 x 6144 +4-17% with 4 rows per call, while
-// 6144 x 2048 (12 quads a row, where the overhead is small anyway) halved: four rows read 136
-// bytes at a time, 1632 bytes apart, keep the prefetcher from streaming.
+// Rows per call of dot_ptq1 for one token (groups of tokens already share each row's overhead
+// among their kTokens tokens): four where a row is at most kShortQuads quads, two otherwise.
+// Measured with bench_matmul on the 2-core Zen 5: 2048 x 6144 +4-17% with 4 rows per call
+// (2 threads), while 6144 x 2048 (12 quads a row) halved with four rows, whose reads 1344 bytes
+// apart keep the prefetcher from streaming, and gained 6% with two (one thread, from cache: two
+// rows' independent sums keep more of the core busy).
 constexpr int kRowsPtq1 = 4;
 constexpr int64_t kShortQuads = 4;
 
@@ -210,8 +228,8 @@ void run_ptq1(const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView&
   const int64_t rb = nb * int64_t(sizeof(block_ptq1_0));
   for_rows<kRowsPtq1>(rows, a.n_tokens, rb, cols, [&](int64_t r, int nr, int64_t t0, int nt) {
     const Lut lut;
-    const block_ptq1_0* row[kRowsPtq1];
-    for (int k = 0; k < nr; ++k) row[k] = reinterpret_cast<const block_ptq1_0*>(w + (r + k) * rb);
+    const uint8_t* row[kRowsPtq1];
+    for (int k = 0; k < nr; ++k) row[k] = w + (r + k) * rb;
     const int8_t* act = scratch + t0 * stride;
     const float* d[kTokens];
     const float* corr[kTokens];
@@ -222,6 +240,9 @@ void run_ptq1(const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView&
     float out[kRowsPtq1][kTokens];
     if (nr == kRowsPtq1 && nt == 1 && nq <= kShortQuads) {
       dot_ptq1<kRowsPtq1, 1>(lut, row, nq, act, stride, d, corr, out);
+    } else if (nr == kRowsPtq1 && nt == 1) {
+      dot_ptq1<2, 1>(lut, row, nq, act, stride, d, corr, out);
+      dot_ptq1<2, 1>(lut, row + 2, nq, act, stride, d, corr, out + 2);
     } else {
       for (int k = 0; k < nr; ++k) switch (nt) {
           case 1: dot_ptq1<1, 1>(lut, row + k, nq, act, stride, d, corr, out + k); break;
@@ -310,10 +331,26 @@ void run_q8_0(const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView&
 
 }  // namespace
 
+bool packs(TypeId type, int64_t cols) { return type == TypeId::PTQ1_0 && cols % (kQuad * QK_PTQ1_0) == 0; }
+
+void pack_ptq1(const uint8_t* w, int64_t rows, int64_t cols, uint8_t* out) {
+  const int64_t quads = rows * (cols / (kQuad * QK_PTQ1_0));
+  for (int64_t i = 0; i < quads; ++i) {
+    const auto* b = reinterpret_cast<const block_ptq1_0*>(w) + kQuad * i;
+    uint8_t* q = out + kQuadBytesW * i;
+    for (int k = 0; k < kQuad; ++k) {
+      std::memcpy(q + 16 * k, b[k].qs, 16);
+      std::memcpy(q + kQuadR + kRBytes * k, b[k].qs + 16, 8);
+      std::memcpy(q + kQuadR + kRBytes * k + 8, b[k].qh, 2);
+      std::memcpy(q + kQuadD + 2 * k, &b[k].d, 2);
+    }
+  }
+}
+
 int64_t scratch_bytes(TypeId type, int64_t cols, int64_t n_tokens) {
   switch (type) {
     case TypeId::PTQ1_0:
-      if (n_tokens >= kGemmTokens || cols % (kQuad * QK_PTQ1_0) != 0) return 0;
+      if (!packs(type, cols)) return 0;
       return n_tokens * (cols / (kQuad * QK_PTQ1_0)) * kQuadBytes;
     case TypeId::Q8_0:
       if (cols % (kQuad * QK8_0) != 0) return 0;

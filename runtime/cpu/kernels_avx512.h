@@ -15,17 +15,24 @@ bool avx512_usable();
 
 namespace bonsai::cpu::avx512 {
 
+// Whether matmul_q8 takes this type and width with its weights regrouped (PTQ1_0 rows of whole
+// quads, four blocks each): the caller then hands it pack_ptq1's copy, made once per weight.
+bool packs(TypeId type, int64_t cols);
+// PTQ1_0 rows of cols (packs(PTQ1_0, cols)) regrouped by quads: `out` gets as many bytes as w.
+// The layout is kernels_avx512.cpp's; nothing else reads it.
+void pack_ptq1(const uint8_t* w, int64_t rows, int64_t cols, uint8_t* out);
+
 // Bytes of scratch matmul_q8 needs for these activations, or 0 when it has no kernel for the
-// type and shape (the caller then takes the AVX2 kernel). PTQ1_0's serves the per-token products
-// (n_tokens < kGemmTokens: prompts keep AVX2's gemm_q8, which unpacks each block once per tile of
-// rows); Q8_0's, whose codes need no unpacking, serves any number of tokens. Both want whole
-// groups of four blocks per row.
+// type and shape (the caller then takes the AVX2 kernel). Both kernels serve any number of tokens,
+// up to four per pass over the weights, and want whole groups of four blocks per row; PTQ1_0's
+// reads its weights regrouped (pack_ptq1).
 int64_t scratch_bytes(TypeId type, int64_t cols, int64_t n_tokens);
 
 // y[t*rows + r] for activations `a` quantized in act_layout(type)'s order (elem: that layout's
-// position -> element table). The kernel first lays out what it needs from them in the scratch
-// (scratch_bytes), then reads the weights once for up to four tokens at a time. The integer block
-// sums are exactly those of the AVX2 kernel; only float rounding differs.
+// position -> element table); w is pack_ptq1's copy for PTQ1_0, the stored blocks for Q8_0. The
+// kernel first lays out what it needs from the activations in the scratch (scratch_bytes), then
+// reads the weights once for up to four tokens at a time. The integer block sums are exactly
+// those of the AVX2 kernel; only float rounding differs.
 void matmul_q8(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView& a,
                const int32_t* elem, int8_t* scratch, float* y);
 

@@ -121,7 +121,19 @@ void matmul_ref(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
   }
 }
 
-void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
+std::vector<uint8_t> pack_weights(const Tensor& w) {
+  std::vector<uint8_t> out;
+#if BONSAI_CPU_AVX2
+  const Matrix m = check_matrix(w, "pack_weights");
+  if (matmul_path_taken() == MatmulPath::avx512 && avx512::packs(w.type, m.cols)) {
+    out.resize(w.nbytes);
+    avx512::pack_ptq1(w.data, m.rows, m.cols, out.data());
+  }
+#endif
+  return out;
+}
+
+void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, const std::vector<uint8_t>* packed) {
   const Matrix m = check_matrix(w, "matmul");
   check_count(w, "matmul", "token", n_tokens);
   if (m.rows == 0 || n_tokens == 0) return;
@@ -135,11 +147,13 @@ void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
       avx2::quantize_act(act.elem.data(), act.qk, act.offset, x, m.cols, n_tokens, act.q.data(), act.d.data(),
                          act.corr.data());
       const avx2::ActView view{act.q.data(), act.d.data(), act.corr.data(), m.cols, n_tokens};
+      const bool regrouped = avx512::packs(w.type, m.cols);
+      const uint8_t* data = regrouped ? (packed && packed->size() == w.nbytes ? packed->data() : nullptr) : w.data;
       if (const int64_t scratch = avx512::scratch_bytes(w.type, m.cols, n_tokens);
-          path == MatmulPath::avx512 && scratch > 0) {
+          path == MatmulPath::avx512 && scratch > 0 && data) {
         thread_local std::vector<int8_t> reordered;
         reordered.resize(size_t(scratch));
-        return avx512::matmul_q8(w.type, w.data, m.rows, m.cols, view, act.elem.data(), reordered.data(), y);
+        return avx512::matmul_q8(w.type, data, m.rows, m.cols, view, act.elem.data(), reordered.data(), y);
       }
       if (avx2::matmul_q8(w.type, w.data, m.rows, m.cols, view, y)) return;
     } else if (avx2::matmul_float(w.type, w.data, m.rows, m.cols, x, n_tokens, y)) {

@@ -1,8 +1,9 @@
 // Matrix products of stored weights with float activations, on the CPU: the kernels the runtime's
 // forward pass calls. Weights stay in their stored type (any type of formats/types.h); nothing is
-// converted ahead of time.
+// converted ahead of time, only PTQ1_0's blocks regrouped for the AVX-512 kernel (pack_weights).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "formats/tensor_set.h"
 
@@ -21,7 +22,16 @@ namespace bonsai::cpu {
 // qk is 32 for Q8_0/Q4_0, 64 for Q2_0, 128 for PTQ1_0/PQ2_0/Q1_0 and 256 for TQ1_0/TQ2_0.
 // float weights (F32/F16/BF16) use float FMA dot products (from 16 tokens on, OpenBLAS SGEMM on
 // the weights decoded to float), within ~1e-5 relative of matmul_ref.
-void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y);
+//
+// `packed`: pack_weights(w) (the CPU backend keeps one per weight). Where this path's kernel reads
+// a regrouped layout (PTQ1_0 on the AVX-512 path) it reads that instead of w.data; without it (or
+// with one of the wrong size) such a product takes the AVX2 kernel.
+void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y,
+            const std::vector<uint8_t>* packed = nullptr);
+
+// w's weights regrouped for the kernel matmul_path_taken() gives its type, as many bytes as w; empty
+// where that kernel reads the stored layout (every type but PTQ1_0, and PTQ1_0 below AVX-512).
+std::vector<uint8_t> pack_weights(const Tensor& w);
 
 // The scalar reference: every row decoded with the type table's to_float, each dot product
 // accumulated in double and rounded to float once. Exact up to that one rounding, so it is the
@@ -34,8 +44,8 @@ void matmul_ref(const Tensor& w, const float* x, int64_t n_tokens, float* y);
 void get_rows(const Tensor& w, const int32_t* ids, int64_t n, float* out);
 
 // The kernels matmul takes, widest last: scalar (matmul_ref); avx2 (AVX2+FMA+F16C); avx512 (the
-// AVX2 kernels, except Q8_0's products and PTQ1_0's per-token ones, which use AVX-512 VNNI/VBMI:
-// kernels_avx512.h).
+// AVX2 kernels, except Q8_0's products and PTQ1_0's (given pack_weights' copy), which use AVX-512
+// VNNI/VBMI: kernels_avx512.h).
 enum class MatmulPath { scalar, avx2, avx512 };
 
 // The widest path this CPU has, capped by cap_matmul_path.

@@ -201,9 +201,12 @@ std::string mismatch(const Weights& m, const std::vector<float>& x, int64_t n_to
   return "";
 }
 
+// The product as the CPU backend computes it: with the weight's regrouped copy, where its kernel
+// reads one (pack_weights, made on the path taken now).
 std::vector<float> run_matmul(const Weights& m, const std::vector<float>& x, int64_t n_tokens) {
   std::vector<float> y(size_t(m.rows() * n_tokens));
-  cpu::matmul(m.t, x.data(), n_tokens, y.data());
+  const auto packed = cpu::pack_weights(m.t);
+  cpu::matmul(m.t, x.data(), n_tokens, y.data(), &packed);
   return y;
 }
 
@@ -339,10 +342,11 @@ TEST(CpuMatmul, ResultDoesNotDependOnThreadCount) {
   // The product on 3 threads, after checking it bit for bit against 1 thread.
   auto on_3_threads = [](const Weights& m, const std::vector<float>& x, int64_t tokens, TypeId id) {
     std::vector<float> y1(size_t(m.rows() * tokens)), y3(y1.size());
+    const auto packed = cpu::pack_weights(m.t);
     omp_set_num_threads(1);
-    cpu::matmul(m.t, x.data(), tokens, y1.data());
+    cpu::matmul(m.t, x.data(), tokens, y1.data(), &packed);
     omp_set_num_threads(3);
-    cpu::matmul(m.t, x.data(), tokens, y3.data());
+    cpu::matmul(m.t, x.data(), tokens, y3.data(), &packed);
     EXPECT_EQ(0, std::memcmp(y1.data(), y3.data(), y1.size() * 4)) << traits(id).name;
     return y3;
   };
@@ -361,16 +365,41 @@ TEST(CpuMatmul, ResultDoesNotDependOnThreadCount) {
   omp_set_num_threads(saved);
 }
 
+// pack_weights copies exactly the weights whose kernel reads them regrouped (PTQ1_0 rows of whole
+// groups of four blocks, on the AVX-512 path); a copy that is missing or of the wrong size sends
+// the product to the AVX2 kernel, which reads the stored blocks, so the result still holds.
+TEST(CpuMatmul, RegroupedCopyOnlyWhereTheKernelReadsIt) {
+  std::mt19937 rng(13);
+  const bool avx512 = cpu::matmul_path_taken() == cpu::MatmulPath::avx512;
+  for (auto [id, cols] : {std::pair{TypeId::PTQ1_0, int64_t(512)}, {TypeId::PTQ1_0, 384}, {TypeId::Q8_0, 512}}) {
+    const Weights m = make_weights(id, 5, cols, false, rng);
+    const bool regroups = avx512 && id == TypeId::PTQ1_0 && cols % 512 == 0;
+    const auto packed = cpu::pack_weights(m.t);
+    EXPECT_EQ(packed.size(), regroups ? m.t.nbytes : 0) << traits(id).name << " " << cols;
+    if (regroups) {
+      EXPECT_NE(0, std::memcmp(packed.data(), m.t.data, packed.size())) << "the copy is regrouped";
+    }
+    const auto x = random_x(cols * 2, rng);
+    std::vector<float> y(size_t(m.rows() * 2));
+    const std::vector<uint8_t> wrong(3);
+    for (const std::vector<uint8_t>* p : {&packed, &wrong, static_cast<const std::vector<uint8_t>*>(nullptr)}) {
+      cpu::matmul(m.t, x.data(), 2, y.data(), p);
+      EXPECT_EQ(mismatch(m, x, 2, y), "") << traits(id).name << " " << cols;
+    }
+  }
+  const cpu::MatmulPath before = cpu::cap_matmul_path(cpu::MatmulPath::avx2);
+  EXPECT_TRUE(cpu::pack_weights(make_weights(TypeId::PTQ1_0, 2, 512, false, rng).t).empty()) << "AVX2 reads the blocks";
+  cpu::cap_matmul_path(before);
+}
+
 // A NaN activation poisons every output, as in float math, instead of vanishing in int8.
 TEST(CpuMatmul, NonFiniteActivationPropagates) {
   std::mt19937 rng(9);
   for (TypeId id : {TypeId::Q8_0, TypeId::PTQ1_0, TypeId::F32}) {
-    const Weights m = make_weights(id, 4, 256, false, rng);
-    auto x = random_x(256, rng);
+    const Weights m = make_weights(id, 4, 512, false, rng);
+    auto x = random_x(512, rng);
     x[100] = std::numeric_limits<float>::quiet_NaN();
-    std::vector<float> y(4);
-    cpu::matmul(m.t, x.data(), 1, y.data());
-    for (float v : y) EXPECT_TRUE(std::isnan(v)) << traits(id).name;
+    for (float v : run_matmul(m, x, 1)) EXPECT_TRUE(std::isnan(v)) << traits(id).name;
   }
 }
 
