@@ -40,6 +40,7 @@ namespace {
 
 using tiles::for_rows;
 using tiles::kTokens;
+using tiles::min64;
 
 // ---- PTQ1_0 quads ----
 //
@@ -132,10 +133,11 @@ void reorder_ptq1(const int32_t* elem, const int8_t* q, int64_t cols, int64_t n_
   }
 }
 
-// The quad layout (pack_ptq1) of a row: its blocks four at a time, each quad 112 bytes (as many
-// as its four blocks), [0, 64): block k's qs[0..16) at 16k (register S's lanes as they are),
-// [64, 104): block k's qs[16..24) and qh[0..2) at 64 + 10k (R's ten bytes a lane), [104, 112):
-// block k's d at 104 + 2k.
+// The quad layout (pack_ptq1): a row's blocks four at a time, each quad 112 bytes (as many as its
+// four blocks), [0, 64): block k's qs[0..16) at 16k (register S's lanes as they are), [64, 104):
+// block k's qs[16..24) and qh[0..2) at 64 + 10k (R's ten bytes a lane), [104, 112): block k's d
+// at 104 + 2k. The rows that one call of dot_ptq1 takes together (rows_together: 4 or 2, fewer in
+// the last group) are interleaved quad by quad, so that the call reads one sequential stream.
 constexpr int kQuadR = 64, kQuadD = 104, kRBytes = 10;
 static_assert(kQuadD + 2 * kQuad == kQuad * int(sizeof(block_ptq1_0)), "a quad is as long as its blocks");
 
@@ -167,8 +169,8 @@ __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
 // of 2048 columns is only four quads: R rows per call share the tables' loads and the final
 // reductions, which one row alone pays for every four quads.
 template <int R, int T>
-void dot_ptq1(const Lut& lut, const uint8_t* const* w, int64_t nq, const int8_t* act, int64_t stride,
-              const float* const* d, const float* const* corr, float (*out)[kTokens]) {
+void dot_ptq1(const Lut& lut, const uint8_t* const* w, int64_t qstride, int64_t nq, const int8_t* act,
+              int64_t stride, const float* const* d, const float* const* corr, float (*out)[kTokens]) {
   const __m512i lane_of = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   __m512 acc[R][T];
   __m128 cacc[R][T];
@@ -179,7 +181,7 @@ void dot_ptq1(const Lut& lut, const uint8_t* const* w, int64_t nq, const int8_t*
     }
   for (int64_t i = 0; i < nq; ++i, act += kQuadBytes) {
     for (int k = 0; k < R; ++k) {
-      const uint8_t* q = w[k] + kQuadBytesW * i;
+      const uint8_t* q = w[k] + qstride * i;
       __m512i c[kRegs];
       lut.digits(_mm512_loadu_si512(q), c);
       lut.digits(r_lanes(q), c + 5);
@@ -213,13 +215,25 @@ void dot_ptq1(const Lut& lut, const uint8_t* const* w, int64_t nq, const int8_t*
 }
 
 // Rows per call of dot_ptq1 for one token (groups of tokens already share each row's overhead
-// among their kTokens tokens): four where a row is at most kShortQuads quads, two otherwise.
-// Measured with bench_matmul on the 2-core Zen 5: 2048 x 6144 +4-17% with 4 rows per call
-// (2 threads), while 6144 x 2048 (12 quads a row) halved with four rows, whose reads 1344 bytes
-// apart keep the prefetcher from streaming, and gained 6% with two (one thread, from cache: two
-// rows' independent sums keep more of the core busy).
+// among their kTokens tokens), interleaved in the quad layout: four where a row is at most
+// kShortQuads quads (they share the tables' loads and the final reductions, which one short row
+// pays for every four quads), two otherwise (two independent sums keep more of the core busy).
+// Measured with bench_matmul on the 2-core Zen 5, 2 threads, weights from memory: 6144 x 2048 at
+// 29-33 GB/s with two rows interleaved, 16 with two rows side by side (each its own stream) and
+// 20-23 with one row per call (c947da6).
 constexpr int kRowsPtq1 = 4;
 constexpr int64_t kShortQuads = 4;
+
+int64_t rows_together(int64_t nq) { return nq <= kShortQuads ? kRowsPtq1 : 2; }
+
+// Where row r's first quad lies in the quad layout, and the bytes from one of its quads to the next.
+struct QuadRow {
+  int64_t offset, stride;
+};
+QuadRow quad_row(int64_t r, int64_t rows, int64_t nq) {
+  const int64_t g = rows_together(nq), first = r / g * g, n = min64(g, rows - first);
+  return {first * nq * kQuadBytesW + (r - first) * kQuadBytesW, n * kQuadBytesW};
+}
 
 void run_ptq1(const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView& a, const int32_t* elem,
               int8_t* scratch, float* y) {
@@ -229,7 +243,12 @@ void run_ptq1(const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView&
   for_rows<kRowsPtq1>(rows, a.n_tokens, rb, cols, [&](int64_t r, int nr, int64_t t0, int nt) {
     const Lut lut;
     const uint8_t* row[kRowsPtq1];
-    for (int k = 0; k < nr; ++k) row[k] = w + (r + k) * rb;
+    int64_t qstride[kRowsPtq1];
+    for (int k = 0; k < nr; ++k) {
+      const QuadRow q = quad_row(r + k, rows, nq);
+      row[k] = w + q.offset;
+      qstride[k] = q.stride;
+    }
     const int8_t* act = scratch + t0 * stride;
     const float* d[kTokens];
     const float* corr[kTokens];
@@ -238,17 +257,17 @@ void run_ptq1(const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView&
       corr[t] = a.corr + (t0 + t) * nb;
     }
     float out[kRowsPtq1][kTokens];
-    if (nr == kRowsPtq1 && nt == 1 && nq <= kShortQuads) {
-      dot_ptq1<kRowsPtq1, 1>(lut, row, nq, act, stride, d, corr, out);
+    if (nr == kRowsPtq1 && nt == 1 && rows_together(nq) == kRowsPtq1) {
+      dot_ptq1<kRowsPtq1, 1>(lut, row, qstride[0], nq, act, stride, d, corr, out);
     } else if (nr == kRowsPtq1 && nt == 1) {
-      dot_ptq1<2, 1>(lut, row, nq, act, stride, d, corr, out);
-      dot_ptq1<2, 1>(lut, row + 2, nq, act, stride, d, corr, out + 2);
+      dot_ptq1<2, 1>(lut, row, qstride[0], nq, act, stride, d, corr, out);
+      dot_ptq1<2, 1>(lut, row + 2, qstride[2], nq, act, stride, d, corr, out + 2);
     } else {
       for (int k = 0; k < nr; ++k) switch (nt) {
-          case 1: dot_ptq1<1, 1>(lut, row + k, nq, act, stride, d, corr, out + k); break;
-          case 2: dot_ptq1<1, 2>(lut, row + k, nq, act, stride, d, corr, out + k); break;
-          case 3: dot_ptq1<1, 3>(lut, row + k, nq, act, stride, d, corr, out + k); break;
-          default: dot_ptq1<1, 4>(lut, row + k, nq, act, stride, d, corr, out + k); break;
+          case 1: dot_ptq1<1, 1>(lut, row + k, qstride[k], nq, act, stride, d, corr, out + k); break;
+          case 2: dot_ptq1<1, 2>(lut, row + k, qstride[k], nq, act, stride, d, corr, out + k); break;
+          case 3: dot_ptq1<1, 3>(lut, row + k, qstride[k], nq, act, stride, d, corr, out + k); break;
+          default: dot_ptq1<1, 4>(lut, row + k, qstride[k], nq, act, stride, d, corr, out + k); break;
         }
     }
     for (int k = 0; k < nr; ++k)
@@ -334,15 +353,19 @@ void run_q8_0(const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView&
 bool packs(TypeId type, int64_t cols) { return type == TypeId::PTQ1_0 && cols % (kQuad * QK_PTQ1_0) == 0; }
 
 void pack_ptq1(const uint8_t* w, int64_t rows, int64_t cols, uint8_t* out) {
-  const int64_t quads = rows * (cols / (kQuad * QK_PTQ1_0));
-  for (int64_t i = 0; i < quads; ++i) {
-    const auto* b = reinterpret_cast<const block_ptq1_0*>(w) + kQuad * i;
-    uint8_t* q = out + kQuadBytesW * i;
-    for (int k = 0; k < kQuad; ++k) {
-      std::memcpy(q + 16 * k, b[k].qs, 16);
-      std::memcpy(q + kQuadR + kRBytes * k, b[k].qs + 16, 8);
-      std::memcpy(q + kQuadR + kRBytes * k + 8, b[k].qh, 2);
-      std::memcpy(q + kQuadD + 2 * k, &b[k].d, 2);
+  const int64_t nq = cols / (kQuad * QK_PTQ1_0);
+  const auto* blocks = reinterpret_cast<const block_ptq1_0*>(w);
+  for (int64_t r = 0; r < rows; ++r) {
+    const QuadRow row = quad_row(r, rows, nq);
+    for (int64_t i = 0; i < nq; ++i) {
+      const block_ptq1_0* b = blocks + (r * nq + i) * kQuad;
+      uint8_t* q = out + row.offset + row.stride * i;
+      for (int k = 0; k < kQuad; ++k) {
+        std::memcpy(q + 16 * k, b[k].qs, 16);
+        std::memcpy(q + kQuadR + kRBytes * k, b[k].qs + 16, 8);
+        std::memcpy(q + kQuadR + kRBytes * k + 8, b[k].qh, 2);
+        std::memcpy(q + kQuadD + 2 * k, &b[k].d, 2);
+      }
     }
   }
 }

@@ -240,7 +240,8 @@ TEST(CpuMatmul, TakesTheWidestPathTheCpuHas) {
   cpu::cap_matmul_path(before);
 }
 
-// Every type x cols {256, 512, 768, 2048} (float types also 37, 100; 32-element blocks also 160)
+// Every type x cols {256, 512, 768, 2048} (float types also 37, 100; 32-element blocks also 160;
+// PTQ1_0 also 2560)
 // x rows {1, 5, 67} x tokens {1, 3, 17}: rows 67 split unevenly over threads, 17 tokens leave a
 // partial group of 4, and the large shapes take the threaded, tiled path while the small ones run
 // on one thread.
@@ -253,6 +254,7 @@ TEST(CpuMatmul, FastPathMatchesReferenceForEveryType) {
         std::vector<int64_t> widths = {256, 512, 768, 2048};
         if (tt.block_elems == 1) widths.insert(widths.begin(), {37, 100});  // float tails past the last 8 / 32
         if (tt.block_elems == 32) widths.push_back(160);  // not whole groups of 4 blocks: no AVX-512 Q8_0 kernel
+        if (tt.id == TypeId::PTQ1_0) widths.push_back(2560);  // five quads: rows interleaved in pairs, 5 and 67 end in one alone
         for (int64_t cols : widths)
           for (int64_t rows : {1, 5, 67}) {
             const Weights m = make_weights(tt.id, rows, cols, raw, rng);
