@@ -136,8 +136,8 @@ void reorder_ptq1(const int32_t* elem, const int8_t* q, int64_t cols, int64_t n_
 // The quad layout (pack_ptq1): a row's blocks four at a time, each quad 112 bytes (as many as its
 // four blocks), [0, 64): block k's qs[0..16) at 16k (register S's lanes as they are), [64, 104):
 // block k's qs[16..24) and qh[0..2) at 64 + 10k (R's ten bytes a lane), [104, 112): block k's d
-// at 104 + 2k. The rows that one call of dot_ptq1 takes together (rows_together: 4 or 2, fewer in
-// the last group) are interleaved quad by quad, so that the call reads one sequential stream.
+// at 104 + 2k. Long rows go in pairs interleaved quad by quad (interleaved(); the last row of an
+// odd count alone).
 constexpr int kQuadR = 64, kQuadD = 104, kRBytes = 10;
 static_assert(kQuadD + 2 * kQuad == kQuad * int(sizeof(block_ptq1_0)), "a quad is as long as its blocks");
 
@@ -215,23 +215,26 @@ void dot_ptq1(const Lut& lut, const uint8_t* const* w, int64_t qstride, int64_t 
 }
 
 // Rows per call of dot_ptq1 for one token (groups of tokens already share each row's overhead
-// among their kTokens tokens), interleaved in the quad layout: four where a row is at most
-// kShortQuads quads (they share the tables' loads and the final reductions, which one short row
-// pays for every four quads), two otherwise (two independent sums keep more of the core busy).
-// Measured with bench_matmul on the 2-core Zen 5, 2 threads, weights from memory: 6144 x 2048 at
-// 29-33 GB/s with two rows interleaved, 16 with two rows side by side (each its own stream) and
-// 20-23 with one row per call (c947da6).
+// among their kTokens tokens): four where a row is at most kShortQuads quads (they share the
+// tables' loads and the final reductions, which one short row pays for every four quads), two
+// otherwise (two independent sums keep more of the core busy), those two interleaved quad by quad
+// in the layout so that the call reads one stream. Measured with bench_matmul on the 2-core Zen 5,
+// 2 threads, weights from memory: 6144 x 2048 at 29-31 GB/s with two interleaved rows, 16 with
+// two rows side by side (two streams) and 23-27 with one row per call (c947da6).
 constexpr int kRowsPtq1 = 4;
 constexpr int64_t kShortQuads = 4;
 
-int64_t rows_together(int64_t nq) { return nq <= kShortQuads ? kRowsPtq1 : 2; }
+// Rows stored interleaved in the quad layout: the pairs of long rows. (Short rows' fours stay
+// side by side: interleaved, the four-row call ran 10% slower from cache, 13.3 against 14.7-15.2
+// GB/s on one core, and no faster from memory.)
+int64_t interleaved(int64_t nq) { return nq <= kShortQuads ? 1 : 2; }
 
 // Where row r's first quad lies in the quad layout, and the bytes from one of its quads to the next.
 struct QuadRow {
   int64_t offset, stride;
 };
 QuadRow quad_row(int64_t r, int64_t rows, int64_t nq) {
-  const int64_t g = rows_together(nq), first = r / g * g, n = min64(g, rows - first);
+  const int64_t g = interleaved(nq), first = r / g * g, n = min64(g, rows - first);
   return {first * nq * kQuadBytesW + (r - first) * kQuadBytesW, n * kQuadBytesW};
 }
 
@@ -257,7 +260,7 @@ void run_ptq1(const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView&
       corr[t] = a.corr + (t0 + t) * nb;
     }
     float out[kRowsPtq1][kTokens];
-    if (nr == kRowsPtq1 && nt == 1 && rows_together(nq) == kRowsPtq1) {
+    if (nr == kRowsPtq1 && nt == 1 && nq <= kShortQuads) {
       dot_ptq1<kRowsPtq1, 1>(lut, row, qstride[0], nq, act, stride, d, corr, out);
     } else if (nr == kRowsPtq1 && nt == 1) {
       dot_ptq1<2, 1>(lut, row, qstride[0], nq, act, stride, d, corr, out);
