@@ -40,20 +40,17 @@ class CpuBackend final : public Backend {
     cpu::get_rows(table, ids, n, out);
   }
   void matmul(const Tensor& w, const float* x, int64_t n, float* y) override {
-    const auto key = std::make_pair(w.uid, w.data);
-    auto it = regrouped_.find(key);
-    if (it == regrouped_.end()) {
-      it = regrouped_.emplace(key, cpu::pack_weights(w)).first;
+    const auto& copy = cached(regrouped_, {w.uid, w.data}, [&] {
+      auto c = cpu::pack_weights(w);
       // From now on only the copy is read: the file's pages need not stay resident beside it.
-      if (!it->second.empty()) MappedFile::release(w.data, w.nbytes);
-    }
-    cpu::matmul(w, x, n, y, &it->second);
+      if (!c.empty()) MappedFile::release(w.data, w.nbytes);
+      return c;
+    });
+    cpu::matmul(w, x, n, y, &copy);
   }
   void matmul_residual(const ResidualView& r, const float* x, int64_t n, float* y) override {
-    const auto key = std::make_pair(r.index_uid, r.indices);
-    auto it = packed_.find(key);
-    if (it == packed_.end()) it = packed_.emplace(key, cpu::pack_residual_indices(r)).first;
-    cpu::residual_matmul(r, x, n, y, &it->second);
+    const auto& packed = cached(packed_, {r.index_uid, r.indices}, [&] { return cpu::pack_residual_indices(r); });
+    cpu::residual_matmul(r, x, n, y, &packed);
   }
 
   void rmsnorm(const float* x, const std::vector<float>& weight, int64_t rows, int64_t dim, float eps,
@@ -122,14 +119,23 @@ class CpuBackend final : public Backend {
   double measure_bandwidth_gbs() override { return cpu::measure_read_bandwidth_gbs(); }
 
  private:
+  // Bytes derived from a weight (or residual), keyed by its uid and address, made on first use.
+  using Cache = std::map<std::pair<uint64_t, const uint8_t*>, std::vector<uint8_t>>;
+  template <class Make>
+  static const std::vector<uint8_t>& cached(Cache& cache, const Cache::key_type& key, const Make& make) {
+    auto it = cache.find(key);
+    if (it == cache.end()) it = cache.emplace(key, make()).first;
+    return it->second;
+  }
+
   std::vector<std::vector<float>> buffers_;
   // Each residual's indices regrouped for the int8 lookup kernel (cpu::pack_residual_indices),
   // made on first use: as many bytes as the indices, which a token then reads instead.
-  std::map<std::pair<uint64_t, const uint8_t*>, std::vector<uint8_t>> packed_;
+  Cache packed_;
   // Each weight regrouped for its kernel (cpu::pack_weights; empty for most types), made on first
   // use: PTQ1_0's quads on the AVX-512 path, read instead of the stored blocks from then on. As
   // many bytes as the weights, whose file pages are released meanwhile (MappedFile::release).
-  std::map<std::pair<uint64_t, const uint8_t*>, std::vector<uint8_t>> regrouped_;
+  Cache regrouped_;
 };
 
 }  // namespace
