@@ -133,7 +133,7 @@ class CpuBackend final : public Backend {
   // made on first use: as many bytes as the indices, which a token then reads instead.
   Cache packed_;
   // Each weight regrouped for its kernel (cpu::pack_weights; empty for most types), made on first
-  // use: PTQ1_0's quads on the AVX-512 path, read instead of the stored blocks from then on. As
+  // use: PTQ1_0's slabs on the AVX-512 path, read instead of the stored blocks from then on. As
   // many bytes as the weights, whose file pages are released meanwhile (MappedFile::release).
   Cache regrouped_;
 };

@@ -34,6 +34,7 @@ constexpr ActLayout kPQ2_0{QK_PQ2_0, 1, two_bit_planes<QK_PQ2_0 / 4>};
 constexpr ActLayout kTQ2_0{QK_K, 1, identity};
 constexpr ActLayout kTQ1_0{QK_K, 1, base3_packed};
 constexpr ActLayout kPTQ1_0{QK_PTQ1_0, 1, base3_packed};
+constexpr ActLayout kPTQ1_0InOrder{QK_PTQ1_0, 1, identity};
 
 // quantize_act keeps one block of values on the stack.
 static_assert(QK_K >= QK8_0 && QK_K >= QK4_0 && QK_K >= QK1_0 && QK_K >= QK2_0 && QK_K >= QK_PQ2_0 &&
@@ -53,6 +54,12 @@ const ActLayout* act_layout(TypeId type) {
     case TypeId::PTQ1_0: return &kPTQ1_0;
     default: return nullptr;
   }
+}
+
+const ActLayout* act_layout_in_order(TypeId type) {
+  if (type == TypeId::PTQ1_0) return &kPTQ1_0InOrder;
+  const ActLayout* l = act_layout(type);
+  return l && l->elem == identity ? l : nullptr;
 }
 
 void QuantAct::reset(const ActLayout& layout, int64_t cols_, int64_t n_tokens_) {

@@ -22,6 +22,10 @@ struct ActLayout {
 
 // nullptr for the types that have no int8 kernel (F32, F16, BF16).
 const ActLayout* act_layout(TypeId type);
+// act_layout(type)'s blocks in element order (elem the identity): for a kernel that lays out the
+// activations itself (the AVX-512 PTQ1_0 kernel), which then quantizes them with plain loads, not
+// gathers. A block's codes and scale do not depend on the order.
+const ActLayout* act_layout_in_order(TypeId type);
 
 // n_tokens rows of cols activations. For each span b of qk positions (one weight block's worth,
 // b counted over all tokens: b = t*(cols/qk) + block):

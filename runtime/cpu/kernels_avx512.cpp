@@ -1,20 +1,18 @@
-// AVX-512 kernels (F, BW, VL, VNNI, VBMI). This file alone is compiled with those instructions;
-// matmul.cpp calls it only when avx512_usable(). Like kernels_avx2.cpp it takes the block layouts
-// from blocks.h and calls no library code.
+// AVX-512 kernels (F, BW, VL, VNNI, VBMI) with GFNI. This file alone is compiled with those
+// instructions; matmul.cpp calls it only when avx512_usable(). Like kernels_avx2.cpp it takes the
+// block layouts from blocks.h and calls no library code.
 //
 // PTQ1_0, any number of tokens. The AVX2 kernel turns each base-3 byte into digits with two
 // 16-bit multiplies per 16 digits; on a machine whose memory streams 30+ GB/s per core that
 // decode, not memory, sets the speed (21% of the bandwidth roofline on a 2-core Zen 5). Here the
-// digits of 64 bytes at once come from table lookups: a 256-entry byte table is two 128-entry byte
-// permutes (vpermi2b: the byte's low 7 bits pick the entry) and a blend on its top bit. One table
-// packs digits 0..3 two bits each (a shift and a mask pick one), another holds digit 4; their
-// 2 x 4 registers stay loaded. Four blocks (a "quad") go through together, one block per 128-bit
-// lane, and VNNI's vpdpbusd multiplies the 0..2 codes with the int8 activations and sums them in
-// int32. Those activations are the ones AVX2 quantized (act_quant.h, one scale per block), only
-// reordered into the quad's register order once per call. The weights are read regrouped by
-// quads (pack_ptq1, made once per weight by the caller): a quad's codes are then one 64-byte load
-// and one byte permute instead of eight 16-byte loads (four of them masked) and six lane inserts,
-// and its four scales one 8-byte load instead of four scalar loads and inserts.
+// digits of 64 bytes at once come from table lookups (byte permutes of tables held in registers),
+// and VNNI's vpdpbusd multiplies the 0..2 codes with the int8 activations and sums them in int32.
+// The weights are read from a copy made once per weight (pack_ptq1): each 16 blocks of a row are
+// one "slab" of seven registers with one block per 32-bit lane, so every digit register of a slab
+// adds into the same lanes and needs one int->float step per 16 blocks, and the digit bytes are
+// recoded so that a byte's five digits take four permutes instead of four and two blends. The
+// activations are quantized in element order (act_quant.h, one scale per block) and laid out in
+// the slab's register order once per call.
 //
 // Q8_0, any number of tokens. Its codes need no unpacking; what AVX-512 saves over AVX2 is the
 // per-block work: two blocks per register, one vpdpbusd per register and token instead of AVX2's
@@ -42,116 +40,155 @@ using tiles::for_rows;
 using tiles::kTokens;
 using tiles::min64;
 
-// ---- PTQ1_0 quads ----
+// ---- PTQ1_0 slabs ----
 //
-// A quad's codes are ten registers of 64 bytes, lane k (bytes 16k..16k+15) from block k:
-//   S0..S4: digit n of qs[0..15]: byte j is element 16n + j (spec §1.5's 16-byte stage);
-//   R0..R4: digit n of qs[16..23] and qh[0..1], loaded as ten bytes (the rest of the lane is 0):
-//           byte j < 8 is element 80 + 8n + j, byte 8 + h (n < 4) is element 120 + 2n + h.
-// The activations are stored in the same order, with 0 where a byte holds no element (qh's
-// fifth digit, the six bytes past qh), so those codes add nothing.
-constexpr int kQuad = 4;
-constexpr int kRegs = 10;
-constexpr int64_t kQuadBytes = 64 * kRegs;  // activation bytes per quad and token
-constexpr int64_t kQuadBytesW = kQuad * int64_t(sizeof(block_ptq1_0));  // weight bytes per quad
+// A slab is 16 blocks of a row, one per 32-bit lane: register k of the slab holds 32-bit word k of
+// each block's 28 bytes, for k = 0..6. Words 0..3 are qs[0..16) (spec §1.5's 16-byte stage: byte m
+// carries elements m + 16n, digit n = 0..4), words 4..5 qs[16..24) (the 8-byte stage: byte 16 + m
+// carries 80 + m + 8n), word 6 is qh[0..1] (four digits: byte h carries 120 + h + 2n) and the
+// scale d. So every lane of every register belongs to one block: all 34 digit registers of a slab
+// sum into the same int32 lanes, which turn float once per slab with 16 scales dw * da, and no
+// byte of the 448 is padding (the d bytes decode to digits that meet zero activations).
+constexpr int kSlab = 16;                                 // blocks per slab
+constexpr int kWords = int(sizeof(block_ptq1_0)) / 4;    // registers per slab (7)
+constexpr int kQsWords = kWords - 1;                      // words of five-digit bytes (the last: qh, d)
+constexpr int kActRegs = 5 * kQsWords + 4;                // digit registers per slab (34)
+constexpr int64_t kSlabAct = 64 * kActRegs;               // activation bytes per slab and token
+static_assert(sizeof(block_ptq1_0) == 28 && QK_PTQ1_0 == 128, "the slab layout follows the block's 28 bytes");
 
-// The element of a block that byte j of register z's lane holds, or -1.
-constexpr int quad_elem(int z, int j) {
-  if (z < 5) return 16 * z + j;
-  const int n = z - 5;
-  if (j < 8) return 80 + 8 * n + j;
-  if (j < 10 && n < 4) return 120 + 2 * n + (j - 8);
-  return -1;
+// The digit register (word k, digit n) is activation register act_reg(k, n).
+constexpr int act_reg(int k, int n) { return k < kQsWords ? 5 * k + n : 5 * kQsWords + n; }
+
+// The element of a block that byte j of word k carries as digit n, or -1 (the scale's bytes).
+constexpr int slab_elem(int k, int n, int j) {
+  if (k < 4) return 4 * k + j + 16 * n;
+  if (k < kQsWords) return 80 + 4 * (k - 4) + j + 8 * n;
+  return j < 2 ? 120 + j + 2 * n : -1;
 }
 
 // Digit n of byte b (spec §1.5): ((b * 3^n) mod 256) * 3 >> 8, for all 256 bytes (the encoder
-// writes b < 243; the others decode by the same formula, as to_float does). Table 0 holds digits
-// 0..3 of each byte, two bits each (digit n at bit 2n); table 1 digit 4.
-struct DigitTables {
+// writes b < 243; the others decode by the same formula, as to_float does).
+constexpr int digit(int b, int n) {
+  int p = 1;
+  for (int i = 0; i < n; ++i) p *= 3;
+  return (((b * p) & 255) * 3) >> 8;
+}
+
+// The copy stores each five-digit byte recoded, so that a 128-entry table lookup (one vpermt2b on
+// the low 7 bits) finishes its decode. A byte's digits are a pattern (r, d4): r = d0 + 3 d1 + 9 d2
+// + 27 d3 in [0, 81), d4 in [0, 3). Codes 0..80 are (r, 0); codes 81 + i, i < 162, are
+// (i / 2, 1 + i % 2). So codes below 128 hold every r and every d4, and a code c >= 128 decodes in
+// two lookups: first c -> a code below 128 with the same r (table 0) or the same d4 (table 1), a
+// byte permute merged with c itself where c < 128, then the 128-entry table of that digit group.
+// Two permutes per digit group, where the stored byte took two permutes and a blend on its top
+// bit. Table 0 packs digits 0..3 two bits each; one gf2p8affine moves digit n to bits 0..1.
+struct Pattern {
+  int r, d4;
+};
+constexpr Pattern pattern_of_code(int c) {
+  if (c < 81) return {c, 0};
+  const int i = c - 81;
+  return {i / 2, 1 + i % 2};
+}
+constexpr int code_of(int b) {
+  const int r = digit(b, 0) + 3 * digit(b, 1) + 9 * digit(b, 2) + 27 * digit(b, 3), d4 = digit(b, 4);
+  return d4 == 0 ? r : 81 + 2 * r + (d4 - 1);
+}
+
+struct Recoding {
+  alignas(64) uint8_t to_code[256];  // stored byte -> code
+  // per table g (0: digits 0..3, two bits each, digit n at bit 2n; 1: digit 4): entries 0..127
+  // decode a code below 128, entries 128..255 map a code >= 128 to one below 128
   alignas(64) uint8_t t[2][256];
 };
-constexpr DigitTables make_digit_tables() {
-  DigitTables d{};
-  int p = 1;
-  for (int n = 0; n < 5; ++n, p *= 3)
-    for (int b = 0; b < 256; ++b) d.t[n / 4][b] |= uint8_t(((((b * p) & 255) * 3) >> 8) << (2 * (n % 4)));
-  return d;
+constexpr Recoding make_recoding() {
+  Recoding rc{};
+  for (int b = 0; b < 256; ++b) rc.to_code[b] = uint8_t(code_of(b));
+  for (int c = 0; c < 128; ++c) {
+    const Pattern p = pattern_of_code(c);
+    for (int n = 0, r = p.r; n < 4; ++n, r /= 3) rc.t[0][c] |= uint8_t((r % 3) << (2 * n));
+    rc.t[1][c] = uint8_t(p.d4);
+  }
+  for (int c = 128; c < 243; ++c) {
+    const Pattern p = pattern_of_code(c);
+    rc.t[0][c] = uint8_t(p.r);           // code (r, 0)
+    rc.t[1][c] = uint8_t(81 + p.d4 - 1); // code (0, d4)
+  }
+  return rc;
 }
-constexpr DigitTables kDigits = make_digit_tables();
+constexpr Recoding kRecoding = make_recoding();
+static_assert([] {
+  for (int b = 0; b < 256; ++b) {
+    int c = kRecoding.to_code[b];
+    const int c0 = c < 128 ? c : kRecoding.t[0][c], c1 = c < 128 ? c : kRecoding.t[1][c];
+    for (int n = 0; n < 4; ++n)
+      if (((kRecoding.t[0][c0] >> (2 * n)) & 3) != digit(b, n)) return false;
+    if (c0 >= 128 || c1 >= 128 || kRecoding.t[1][c1] != digit(b, 4)) return false;
+  }
+  return true;
+}(), "every stored byte's recoded digits are its own");
 
 struct Lut {
-  __m512i t[2][4];  // table k, entries 64q .. 64q + 63
+  __m512i t[2][4];  // table g, entries 64q .. 64q + 63
+  __m512i pick[3];  // gf2p8affine matrices: digit n + 1 of table 0's byte -> bits 0..1
   Lut() {
-    for (int k = 0; k < 2; ++k)
-      for (int q = 0; q < 4; ++q) t[k][q] = _mm512_load_si512(kDigits.t[k] + 64 * q);
+    for (int g = 0; g < 2; ++g)
+      for (int q = 0; q < 4; ++q) t[g][q] = _mm512_load_si512(kRecoding.t[g] + 64 * q);
+    // the matrix's byte 7 - i selects the input bits that make output bit i
+    for (int n = 1; n < 4; ++n)
+      pick[n - 1] = _mm512_set1_epi64(int64_t((uint64_t(1) << (2 * n)) << 56 | (uint64_t(1) << (2 * n + 1)) << 48));
   }
-  // Table k's entries for the 64 bytes b; hi: the bytes >= 128.
-  __m512i lookup(int k, __m512i b, __mmask64 hi) const {
-    const __m512i lo = _mm512_permutex2var_epi8(t[k][0], b, t[k][1]);
-    const __m512i up = _mm512_permutex2var_epi8(t[k][2], b, t[k][3]);
-    return _mm512_mask_blend_epi8(hi, lo, up);
+  // Table g's digits of the 64 codes c; hi: the codes >= 128.
+  __m512i lookup(int g, __m512i c, __mmask64 hi) const {
+    const __m512i low = _mm512_mask2_permutex2var_epi8(t[g][2], c, hi, t[g][3]);
+    return _mm512_permutex2var_epi8(t[g][0], low, t[g][1]);
   }
-  // The five digits of the 64 bytes b.
-  void digits(__m512i b, __m512i* c) const {
-    const __mmask64 hi = _mm512_movepi8_mask(b);
-    const __m512i three = _mm512_set1_epi8(3), d03 = lookup(0, b, hi);
-    c[0] = _mm512_and_si512(d03, three);
-    // 16-bit shifts: the bits the high byte pushes into the low one are masked off
-    for (int n = 1; n < 4; ++n) c[n] = _mm512_and_si512(_mm512_srli_epi16(d03, 2 * n), three);
-    c[4] = lookup(1, b, hi);
+  // The first N (4 or 5) digits of the 64 codes c.
+  template <int N>
+  void digits(__m512i c, __m512i* d) const {
+    const __mmask64 hi = _mm512_movepi8_mask(c);
+    const __m512i d03 = lookup(0, c, hi);
+    d[0] = _mm512_and_si512(d03, _mm512_set1_epi8(3));
+    for (int n = 1; n < 4; ++n) d[n] = _mm512_gf2p8affine_epi64_epi8(d03, pick[n - 1], 0);
+    if constexpr (N == 5) d[4] = lookup(1, c, hi);
   }
 };
 
-// Reorders token rows of AVX2-ordered activations (elem: position -> element within a block)
-// into quad order: per block, three masked byte permutes of its 128 bytes give its ten 16-byte
-// register lanes, which go to lane k of the quad's registers.
+// Slabs per row of nb blocks (the last one holds nb % 16 blocks when that is not 0).
+int64_t slabs(int64_t nb) { return (nb + kSlab - 1) / kSlab; }
+
+// Reorders token rows of quantized activations (elem: position -> element within a block; the
+// identity for act_layout_in_order) into slab order: per token and slab, the 34 digit registers, lane i from block i, zero where a byte
+// carries no element or a partial slab has no block. Per block, three masked byte permutes of its
+// 128 bytes give its 34 words in register order, which go to lane i of each register.
 void reorder_ptq1(const int32_t* elem, const int8_t* q, int64_t cols, int64_t n_tokens, int8_t* dst) {
   uint8_t pos[QK_PTQ1_0];  // element -> position
   for (int p = 0; p < QK_PTQ1_0; ++p) pos[elem[p]] = uint8_t(p);
   alignas(64) uint8_t idx[3 * 64] = {};
   uint64_t keep[3] = {};
-  for (int z = 0; z < kRegs; ++z)
-    for (int j = 0; j < 16; ++j) {
-      const int e = quad_elem(z, j), o = 16 * z + j;
-      if (e < 0) continue;
-      idx[o] = pos[e];
-      keep[o / 64] |= uint64_t(1) << (o % 64);
-    }
+  for (int k = 0; k < kWords; ++k)
+    for (int n = 0; n < (k < kQsWords ? 5 : 4); ++n)
+      for (int j = 0; j < 4; ++j) {
+        const int e = slab_elem(k, n, j), o = 4 * act_reg(k, n) + j;
+        if (e < 0) continue;
+        idx[o] = pos[e];
+        keep[o / 64] |= uint64_t(1) << (o % 64);
+      }
   const __m512i i0 = _mm512_load_si512(idx), i1 = _mm512_load_si512(idx + 64), i2 = _mm512_load_si512(idx + 128);
-  const int64_t nb = cols / QK_PTQ1_0;
+  const int64_t nb = cols / QK_PTQ1_0, ns = slabs(nb);
+  if (nb % kSlab != 0)
+    for (int64_t t = 0; t < n_tokens; ++t) std::memset(dst + (t * ns + ns - 1) * kSlabAct, 0, kSlabAct);
   for (int64_t b = 0; b < n_tokens * nb; ++b) {
     const int8_t* src = q + b * QK_PTQ1_0;
     const __m512i lo = _mm512_loadu_si512(src), hi = _mm512_loadu_si512(src + 64);
-    alignas(64) int8_t lanes[3 * 64];
-    _mm512_store_si512(lanes, _mm512_maskz_permutex2var_epi8(keep[0], lo, i0, hi));
-    _mm512_store_si512(lanes + 64, _mm512_maskz_permutex2var_epi8(keep[1], lo, i1, hi));
-    _mm512_store_si512(lanes + 128, _mm512_maskz_permutex2var_epi8(keep[2], lo, i2, hi));
-    // block b is token b / nb, quad (b % nb) / 4, lane b % 4
-    int8_t* quad = dst + (b / nb) * (nb / kQuad) * kQuadBytes + (b % nb) / kQuad * kQuadBytes + 16 * (b % kQuad);
-    for (int z = 0; z < kRegs; ++z)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(quad + 64 * z), _mm_load_si128(reinterpret_cast<const __m128i*>(lanes + 16 * z)));
+    alignas(64) int8_t words[3 * 64];
+    _mm512_store_si512(words, _mm512_maskz_permutex2var_epi8(keep[0], lo, i0, hi));
+    _mm512_store_si512(words + 64, _mm512_maskz_permutex2var_epi8(keep[1], lo, i1, hi));
+    _mm512_store_si512(words + 128, _mm512_maskz_permutex2var_epi8(keep[2], lo, i2, hi));
+    // block b is token b / nb, slab (b % nb) / 16, lane (b % nb) % 16
+    int8_t* slab = dst + (b / nb * ns + b % nb / kSlab) * kSlabAct + 4 * (b % nb % kSlab);
+    for (int r = 0; r < kActRegs; ++r) std::memcpy(slab + 64 * r, words + 4 * r, 4);
   }
-}
-
-// The quad layout (pack_ptq1): a row's blocks four at a time, each quad 112 bytes (as many as its
-// four blocks), [0, 64): block k's qs[0..16) at 16k (register S's lanes as they are), [64, 104):
-// block k's qs[16..24) and qh[0..2) at 64 + 10k (R's ten bytes a lane), [104, 112): block k's d
-// at 104 + 2k. Long rows go in pairs interleaved quad by quad (interleaved(); the last row of an
-// odd count alone).
-constexpr int kQuadR = 64, kQuadD = 104, kRBytes = 10;
-static_assert(kQuadD + 2 * kQuad == kQuad * int(sizeof(block_ptq1_0)), "a quad is as long as its blocks");
-
-// R's lanes from the 64 bytes at quad + 48 (inside the quad): lane k byte j <- 16 + 10k + j. Bytes
-// 10..15 of a lane take the next ones, which meet zero activations.
-__m512i r_lanes(const uint8_t* quad) {
-  alignas(64) static constexpr struct Idx {
-    uint8_t v[64];
-    constexpr Idx() : v() {
-      for (int k = 0; k < kQuad; ++k)
-        for (int j = 0; j < 16; ++j) v[16 * k + j] = uint8_t(kQuadR - 48 + kRBytes * k + j);
-    }
-  } idx;
-  return _mm512_permutexvar_epi8(_mm512_load_si512(idx.v), _mm512_loadu_si512(quad + 48));
 }
 
 // The sums of four registers' lanes, as the four lanes of one.
@@ -163,95 +200,63 @@ __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-// R PTQ1_0 rows w[0..R) against T tokens (quad-ordered activations act + t * stride; per-block
-// scales d[t] and corrections corr[t] as act_quant.h); out[row][t]. Each quad's four blocks sum in
-// int32 lanes 4k..4k+3 (block k), then turn float once with their four scales dw_k * d_k. A row
-// of 2048 columns is only four quads: R rows per call share the tables' loads and the final
-// reductions, which one row alone pays for every four quads.
-template <int R, int T>
-void dot_ptq1(const Lut& lut, const uint8_t* const* w, int64_t qstride, int64_t nq, const int8_t* act,
-              int64_t stride, const float* const* d, const float* const* corr, float (*out)[kTokens]) {
-  const __m512i lane_of = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  __m512 acc[R][T];
-  __m128 cacc[R][T];
-  for (int k = 0; k < R; ++k)
-    for (int t = 0; t < T; ++t) {
-      acc[k][t] = _mm512_setzero_ps();
-      cacc[k][t] = _mm_setzero_ps();
-    }
-  for (int64_t i = 0; i < nq; ++i, act += kQuadBytes) {
-    for (int k = 0; k < R; ++k) {
-      const uint8_t* q = w[k] + qstride * i;
-      __m512i c[kRegs];
-      lut.digits(_mm512_loadu_si512(q), c);
-      lut.digits(r_lanes(q), c + 5);
-      const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + kQuadD)));
+// One PTQ1_0 row (pack_ptq1's slabs, nb blocks) against T tokens (slab-ordered activations
+// act + t * stride; per-block scales d[t] and corrections corr[t] as act_quant.h): v[t] gets 16
+// lanes whose sum is the dot product. Each slab's digit registers sum in int32, one chain per
+// word, then turn float once with the 16 scales dw_i * d_i.
+template <int T>
+void dot_ptq1(const Lut& lut, const uint8_t* w, int64_t nb, const int8_t* act, int64_t stride, const float* const* d,
+              const float* const* corr, __m512* v) {
+  __m512 acc[T], cacc[T];
+  for (int t = 0; t < T; ++t) acc[t] = cacc[t] = _mm512_setzero_ps();
+  for (int64_t b0 = 0; b0 < nb; b0 += kSlab, act += kSlabAct) {
+    const int m = int(min64(kSlab, nb - b0));
+    const __mmask16 lanes = __mmask16((1u << m) - 1);
+    // one int32 chain per word: vpdpbusd's latency would make a single chain of 34 the limit
+    __m512i s[T][kWords];
+    __m512 dw;
+#pragma GCC unroll 7
+    for (int k = 0; k < kWords; ++k) {
+      // (a masked load only for the last, partial slab: on Zen 5 a stream of masked loads from
+      // memory ran at a third of the speed of plain ones)
+      const __m512i b = m == kSlab ? _mm512_loadu_si512(w + 64 * k) : _mm512_maskz_loadu_epi32(lanes, w + 4 * m * k);
+      __m512i c[5];
+      if (k < kQsWords) lut.digits<5>(b, c);
+      else lut.digits<4>(b, c);
+#pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
-        // two chains of five vpdpbusd (S, then R registers) instead of one of ten
         const int8_t* a = act + t * stride;
-        __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], _mm512_loadu_si512(a));
-        __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[5], _mm512_loadu_si512(a + 64 * 5));
-        for (int n = 1; n < 5; ++n) {
-          s0 = _mm512_dpbusd_epi32(s0, c[n], _mm512_loadu_si512(a + 64 * n));
-          s1 = _mm512_dpbusd_epi32(s1, c[5 + n], _mm512_loadu_si512(a + 64 * (5 + n)));
-        }
-        const __m128 s4 = _mm_mul_ps(dw, _mm_loadu_ps(d[t] + kQuad * i));
-        acc[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
-                                    _mm512_permutexvar_ps(lane_of, _mm512_castps128_ps512(s4)), acc[k][t]);
-        cacc[k][t] = _mm_fmadd_ps(dw, _mm_loadu_ps(corr[t] + kQuad * i), cacc[k][t]);
+        s[t][k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], _mm512_load_si512(a + 64 * act_reg(k, 0)));
+#pragma GCC unroll 4
+        for (int n = 1; n < 5; ++n)
+          if (n < 4 || k < kQsWords) s[t][k] = _mm512_dpbusd_epi32(s[t][k], c[n], _mm512_load_si512(a + 64 * act_reg(k, n)));
       }
+      if (k == kQsWords) dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16)));  // d: word 6's top half
     }
+    for (int t = 0; t < T; ++t) {
+      const __m512i s01 = _mm512_add_epi32(s[t][0], s[t][1]), s23 = _mm512_add_epi32(s[t][2], s[t][3]);
+      const __m512i s45 = _mm512_add_epi32(s[t][4], s[t][5]);
+      const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(s01, s23), _mm512_add_epi32(s45, s[t][6]));
+      const __m512 da = m == kSlab ? _mm512_loadu_ps(d[t] + b0) : _mm512_maskz_loadu_ps(lanes, d[t] + b0);
+      const __m512 cr = m == kSlab ? _mm512_loadu_ps(corr[t] + b0) : _mm512_maskz_loadu_ps(lanes, corr[t] + b0);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, da), acc[t]);
+      cacc[t] = _mm512_fmadd_ps(dw, cr, cacc[t]);
+    }
+    w += int64_t(m) * int64_t(sizeof(block_ptq1_0));
   }
-  for (int k = 0; k < R; ++k)
-    for (int t = 0; t < T; ++t) acc[k][t] = _mm512_sub_ps(acc[k][t], _mm512_zextps128_ps512(cacc[k][t]));
-  if constexpr (R == 4 && T == 1) {
-    alignas(16) float o[4];
-    _mm_store_ps(o, reduce4(acc[0][0], acc[1][0], acc[2][0], acc[3][0]));
-    for (int k = 0; k < R; ++k) out[k][0] = o[k];
-  } else {
-    for (int k = 0; k < R; ++k)
-      for (int t = 0; t < T; ++t) out[k][t] = _mm512_reduce_add_ps(acc[k][t]);
-  }
+  for (int t = 0; t < T; ++t) v[t] = _mm512_sub_ps(acc[t], cacc[t]);
 }
 
-// Rows per call of dot_ptq1 for one token (groups of tokens already share each row's overhead
-// among their kTokens tokens): four where a row is at most kShortQuads quads (they share the
-// tables' loads and the final reductions, which one short row pays for every four quads), two
-// otherwise (two independent sums keep more of the core busy), those two interleaved quad by quad
-// in the layout so that the call reads one stream. Measured with bench_matmul on the 2-core Zen 5,
-// 2 threads, weights from memory: 6144 x 2048 at 29-31 GB/s with two interleaved rows, 16 with
-// two rows side by side (two streams) and 23-27 with one row per call (c947da6).
+// Rows per call of the for_rows lambda: four single-token rows share one reduction of their lanes.
 constexpr int kRowsPtq1 = 4;
-constexpr int64_t kShortQuads = 4;
-
-// Rows stored interleaved in the quad layout: the pairs of long rows. (Short rows' fours stay
-// side by side: interleaved, the four-row call ran 10% slower from cache, 13.3 against 14.7-15.2
-// GB/s on one core, and no faster from memory.)
-int64_t interleaved(int64_t nq) { return nq <= kShortQuads ? 1 : 2; }
-
-// Where row r's first quad lies in the quad layout, and the bytes from one of its quads to the next.
-struct QuadRow {
-  int64_t offset, stride;
-};
-QuadRow quad_row(int64_t r, int64_t rows, int64_t nq) {
-  const int64_t g = interleaved(nq), first = r / g * g, n = min64(g, rows - first);
-  return {first * nq * kQuadBytesW + (r - first) * kQuadBytesW, n * kQuadBytesW};
-}
 
 void run_ptq1(const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView& a, const int32_t* elem,
               int8_t* scratch, float* y) {
   reorder_ptq1(elem, a.q, cols, a.n_tokens, scratch);
-  const int64_t nb = cols / QK_PTQ1_0, nq = nb / kQuad, stride = nq * kQuadBytes;
+  const int64_t nb = cols / QK_PTQ1_0, stride = slabs(nb) * kSlabAct;
   const int64_t rb = nb * int64_t(sizeof(block_ptq1_0));
   for_rows<kRowsPtq1>(rows, a.n_tokens, rb, cols, [&](int64_t r, int nr, int64_t t0, int nt) {
     const Lut lut;
-    const uint8_t* row[kRowsPtq1];
-    int64_t qstride[kRowsPtq1];
-    for (int k = 0; k < nr; ++k) {
-      const QuadRow q = quad_row(r + k, rows, nq);
-      row[k] = w + q.offset;
-      qstride[k] = q.stride;
-    }
     const int8_t* act = scratch + t0 * stride;
     const float* d[kTokens];
     const float* corr[kTokens];
@@ -259,22 +264,24 @@ void run_ptq1(const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView&
       d[t] = a.d + (t0 + t) * nb;
       corr[t] = a.corr + (t0 + t) * nb;
     }
-    float out[kRowsPtq1][kTokens];
-    if (nr == kRowsPtq1 && nt == 1 && nq <= kShortQuads) {
-      dot_ptq1<kRowsPtq1, 1>(lut, row, qstride[0], nq, act, stride, d, corr, out);
-    } else if (nr == kRowsPtq1 && nt == 1) {
-      dot_ptq1<2, 1>(lut, row, qstride[0], nq, act, stride, d, corr, out);
-      dot_ptq1<2, 1>(lut, row + 2, qstride[2], nq, act, stride, d, corr, out + 2);
-    } else {
-      for (int k = 0; k < nr; ++k) switch (nt) {
-          case 1: dot_ptq1<1, 1>(lut, row + k, qstride[k], nq, act, stride, d, corr, out + k); break;
-          case 2: dot_ptq1<1, 2>(lut, row + k, qstride[k], nq, act, stride, d, corr, out + k); break;
-          case 3: dot_ptq1<1, 3>(lut, row + k, qstride[k], nq, act, stride, d, corr, out + k); break;
-          default: dot_ptq1<1, 4>(lut, row + k, qstride[k], nq, act, stride, d, corr, out + k); break;
-        }
+    __m512 v[kRowsPtq1][kTokens];
+    for (int k = 0; k < nr; ++k) {
+      const uint8_t* row = w + (r + k) * rb;
+      switch (nt) {
+        case 1: dot_ptq1<1>(lut, row, nb, act, stride, d, corr, v[k]); break;
+        case 2: dot_ptq1<2>(lut, row, nb, act, stride, d, corr, v[k]); break;
+        case 3: dot_ptq1<3>(lut, row, nb, act, stride, d, corr, v[k]); break;
+        default: dot_ptq1<4>(lut, row, nb, act, stride, d, corr, v[k]); break;
+      }
     }
-    for (int k = 0; k < nr; ++k)
-      for (int t = 0; t < nt; ++t) y[(t0 + t) * rows + r + k] = out[k][t];
+    if (nr == kRowsPtq1 && nt == 1) {
+      alignas(16) float o[kRowsPtq1];
+      _mm_store_ps(o, reduce4(v[0][0], v[1][0], v[2][0], v[3][0]));
+      for (int k = 0; k < nr; ++k) y[t0 * rows + r + k] = o[k];
+    } else {
+      for (int k = 0; k < nr; ++k)
+        for (int t = 0; t < nt; ++t) y[(t0 + t) * rows + r + k] = _mm512_reduce_add_ps(v[k][t]);
+    }
   });
 }
 
@@ -286,6 +293,7 @@ void run_ptq1(const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView&
 // sum is then exactly the block's sum of w * a, as AVX2 computes it. Those starting values are
 // laid out per token and block, eight lanes each, by prep_q8.
 constexpr int kLanes = 8;  // int32 lanes per block in a register
+constexpr int kStepQ8 = 4;  // blocks per step of dot_q8: two registers
 
 void prep_q8(const int8_t* q, int64_t cols, int64_t n_tokens, int32_t* start) {
   for (int64_t b = 0; b < n_tokens * (cols / QK8_0); ++b) {
@@ -310,7 +318,7 @@ void dot_q8(const block_q8_0* w, int64_t nb, const int8_t* const* q, const float
   const __m512i pair1 = _mm512_add_epi32(pair0, _mm512_set1_epi32(2));
   __m512 acc0[T], acc1[T];
   for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < nb; i += kQuad) {
+  for (int64_t i = 0; i < nb; i += kStepQ8) {
     const __m512i c0 = load_pair(w + i), c1 = load_pair(w + i + 2);
     const __m128 dw = _mm_cvtph_ps(_mm_setr_epi16(short(w[i].d), short(w[i + 1].d), short(w[i + 2].d), short(w[i + 3].d), 0, 0, 0, 0));
     for (int t = 0; t < T; ++t) {
@@ -353,33 +361,32 @@ void run_q8_0(const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView&
 
 }  // namespace
 
-bool packs(TypeId type, int64_t cols) { return type == TypeId::PTQ1_0 && cols % (kQuad * QK_PTQ1_0) == 0; }
+bool packs(TypeId type, int64_t cols) { return type == TypeId::PTQ1_0 && cols % QK_PTQ1_0 == 0; }
 
 void pack_ptq1(const uint8_t* w, int64_t rows, int64_t cols, uint8_t* out) {
-  const int64_t nq = cols / (kQuad * QK_PTQ1_0);
-  const auto* blocks = reinterpret_cast<const block_ptq1_0*>(w);
-  for (int64_t r = 0; r < rows; ++r) {
-    const QuadRow row = quad_row(r, rows, nq);
-    for (int64_t i = 0; i < nq; ++i) {
-      const block_ptq1_0* b = blocks + (r * nq + i) * kQuad;
-      uint8_t* q = out + row.offset + row.stride * i;
-      for (int k = 0; k < kQuad; ++k) {
-        std::memcpy(q + 16 * k, b[k].qs, 16);
-        std::memcpy(q + kQuadR + kRBytes * k, b[k].qs + 16, 8);
-        std::memcpy(q + kQuadR + kRBytes * k + 8, b[k].qh, 2);
-        std::memcpy(q + kQuadD + 2 * k, &b[k].d, 2);
-      }
+  const int64_t nb = cols / QK_PTQ1_0, rb = nb * int64_t(sizeof(block_ptq1_0));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b0 = 0; b0 < nb; b0 += kSlab) {
+      const int64_t m = min64(kSlab, nb - b0);
+      const uint8_t* src = w + r * rb + b0 * int64_t(sizeof(block_ptq1_0));
+      uint8_t* slab = out + r * rb + b0 * int64_t(sizeof(block_ptq1_0));
+      for (int64_t i = 0; i < m; ++i)
+        for (int k = 0; k < kWords; ++k)
+          for (int j = 0; j < 4; ++j) {
+            // the digit bytes recoded (Recoding), the scale's two bytes as they are
+            const uint8_t v = src[int64_t(sizeof(block_ptq1_0)) * i + 4 * k + j];
+            slab[4 * (m * k + i) + j] = slab_elem(k, 0, j) < 0 ? v : kRecoding.to_code[v];
+          }
     }
-  }
 }
 
 int64_t scratch_bytes(TypeId type, int64_t cols, int64_t n_tokens) {
   switch (type) {
     case TypeId::PTQ1_0:
       if (!packs(type, cols)) return 0;
-      return n_tokens * (cols / (kQuad * QK_PTQ1_0)) * kQuadBytes;
+      return n_tokens * slabs(cols / QK_PTQ1_0) * kSlabAct;
     case TypeId::Q8_0:
-      if (cols % (kQuad * QK8_0) != 0) return 0;
+      if (cols % (kStepQ8 * QK8_0) != 0) return 0;
       return n_tokens * (cols / QK8_0) * kLanes * int64_t(sizeof(int32_t));
     default: return 0;
   }

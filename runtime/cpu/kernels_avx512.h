@@ -1,5 +1,5 @@
 // The AVX-512 kernels (kernels_avx512.cpp, the only file compiled with AVX-512 F/BW/VL, VNNI and
-// VBMI). Call them only after avx512_usable(). As in kernels_avx2.h, the interface is plain
+// VBMI, and GFNI). Call them only after avx512_usable(). As in kernels_avx2.h, the interface is plain
 // pointers and integers: no std:: template may be instantiated in that file.
 #pragma once
 #include <cstdint>
@@ -8,28 +8,29 @@
 #include "runtime/cpu/kernels_avx2.h"
 
 namespace bonsai::cpu {
-// Whether this CPU has AVX-512 F, BW, VL, VNNI and VBMI besides AVX2/FMA/F16C (defined in
+// Whether this CPU has AVX-512 F, BW, VL, VNNI and VBMI and GFNI besides AVX2/FMA/F16C (defined in
 // matmul.cpp, compiled for the baseline CPU): the check before any call into avx512::.
 bool avx512_usable();
 }  // namespace bonsai::cpu
 
 namespace bonsai::cpu::avx512 {
 
-// Whether matmul_q8 takes this type and width with its weights regrouped (PTQ1_0 rows of whole
-// quads, four blocks each): the caller then hands it pack_ptq1's copy, made once per weight.
+// Whether matmul_q8 takes this type and width with its weights regrouped (PTQ1_0, any width): the
+// caller then hands it pack_ptq1's copy, made once per weight.
 bool packs(TypeId type, int64_t cols);
-// PTQ1_0 rows of cols (packs(PTQ1_0, cols)) regrouped by quads: `out` gets as many bytes as w.
-// The layout is kernels_avx512.cpp's; nothing else reads it.
+// PTQ1_0 rows of cols (packs(PTQ1_0, cols)) regrouped by slabs of 16 blocks, the digit bytes
+// recoded: `out` gets as many bytes as w, row r at the same offset. The layout is
+// kernels_avx512.cpp's; nothing else reads it.
 void pack_ptq1(const uint8_t* w, int64_t rows, int64_t cols, uint8_t* out);
 
 // Bytes of scratch matmul_q8 needs for these activations, or 0 when it has no kernel for the
 // type and shape (the caller then takes the AVX2 kernel). Both kernels serve any number of tokens,
-// up to four per pass over the weights, and want whole groups of four blocks per row; PTQ1_0's
+// up to four per pass over the weights; Q8_0's wants whole groups of four blocks per row, PTQ1_0's
 // reads its weights regrouped (pack_ptq1).
 int64_t scratch_bytes(TypeId type, int64_t cols, int64_t n_tokens);
 
-// y[t*rows + r] for activations `a` quantized in act_layout(type)'s order (elem: that layout's
-// position -> element table); w is pack_ptq1's copy for PTQ1_0, the stored blocks for Q8_0. The
+// y[t*rows + r] for activations `a` quantized in act_layout_in_order(type)'s order (elem: that
+// layout's position -> element table); w is pack_ptq1's copy for PTQ1_0, the stored blocks for Q8_0. The
 // kernel first lays out what it needs from the activations in the scratch (scratch_bytes), then
 // reads the weights once for up to four tokens at a time. The integer block sums are exactly
 // those of the AVX2 kernel; only float rounding differs.

@@ -82,7 +82,7 @@ bool avx512_usable() {
     __builtin_cpu_init();
     return avx2_usable() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-           __builtin_cpu_supports("avx512vbmi");
+           __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("gfni");
   }();
   return ok;
 }
@@ -142,15 +142,18 @@ void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, const s
   const MatmulPath path = matmul_path_taken();
   if (path >= MatmulPath::avx2) {
     if (const ActLayout* layout = act_layout(w.type)) {
+      const bool regrouped = avx512::packs(w.type, m.cols);
+      const uint8_t* data = regrouped ? (packed && packed->size() == w.nbytes ? packed->data() : nullptr) : w.data;
+      const int64_t scratch = avx512::scratch_bytes(w.type, m.cols, n_tokens);
+      const bool wide = path == MatmulPath::avx512 && scratch > 0 && data;
+      if (const ActLayout* in_order = act_layout_in_order(w.type); wide && in_order)
+        layout = in_order;  // the AVX-512 kernels lay the activations out for themselves
       thread_local QuantAct act;  // reused across calls: no allocation per token once warm
       act.reset(*layout, m.cols, n_tokens);
       avx2::quantize_act(act.elem.data(), act.qk, act.offset, x, m.cols, n_tokens, act.q.data(), act.d.data(),
                          act.corr.data());
       const avx2::ActView view{act.q.data(), act.d.data(), act.corr.data(), m.cols, n_tokens};
-      const bool regrouped = avx512::packs(w.type, m.cols);
-      const uint8_t* data = regrouped ? (packed && packed->size() == w.nbytes ? packed->data() : nullptr) : w.data;
-      if (const int64_t scratch = avx512::scratch_bytes(w.type, m.cols, n_tokens);
-          path == MatmulPath::avx512 && scratch > 0 && data) {
+      if (wide) {
         thread_local std::vector<int8_t> reordered;
         reordered.resize(size_t(scratch));
         return avx512::matmul_q8(w.type, data, m.rows, m.cols, view, act.elem.data(), reordered.data(), y);

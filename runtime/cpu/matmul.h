@@ -45,7 +45,7 @@ void get_rows(const Tensor& w, const int32_t* ids, int64_t n, float* out);
 
 // The kernels matmul takes, widest last: scalar (matmul_ref); avx2 (AVX2+FMA+F16C); avx512 (the
 // AVX2 kernels, except Q8_0's products and PTQ1_0's (given pack_weights' copy), which use AVX-512
-// VNNI/VBMI: kernels_avx512.h).
+// VNNI/VBMI and GFNI: kernels_avx512.h).
 enum class MatmulPath { scalar, avx2, avx512 };
 
 // The widest path this CPU has, capped by cap_matmul_path.

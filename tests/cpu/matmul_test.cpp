@@ -233,7 +233,7 @@ TEST(CpuMatmul, TakesTheWidestPathTheCpuHas) {
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-                      __builtin_cpu_supports("avx512vbmi");
+                      __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("gfni");
   EXPECT_STREQ(cpu::matmul_path(), avx512 ? "avx512" : avx2 ? "avx2" : "scalar");
   const cpu::MatmulPath before = cpu::cap_matmul_path(cpu::MatmulPath::avx2);
   EXPECT_STREQ(cpu::matmul_path(), avx2 ? "avx2" : "scalar");
@@ -254,7 +254,7 @@ TEST(CpuMatmul, FastPathMatchesReferenceForEveryType) {
         std::vector<int64_t> widths = {256, 512, 768, 2048};
         if (tt.block_elems == 1) widths.insert(widths.begin(), {37, 100});  // float tails past the last 8 / 32
         if (tt.block_elems == 32) widths.push_back(160);  // not whole groups of 4 blocks: no AVX-512 Q8_0 kernel
-        if (tt.id == TypeId::PTQ1_0) widths.push_back(2560);  // five quads: rows interleaved in pairs, 5 and 67 end in one alone
+        if (tt.id == TypeId::PTQ1_0) widths.push_back(2560);  // AVX-512: a slab of 16 blocks and one of 4
         for (int64_t cols : widths)
           for (int64_t rows : {1, 5, 67}) {
             const Weights m = make_weights(tt.id, rows, cols, raw, rng);
@@ -367,15 +367,15 @@ TEST(CpuMatmul, ResultDoesNotDependOnThreadCount) {
   omp_set_num_threads(saved);
 }
 
-// pack_weights copies exactly the weights whose kernel reads them regrouped (PTQ1_0 rows of whole
-// groups of four blocks, on the AVX-512 path); a copy that is missing or of the wrong size sends
-// the product to the AVX2 kernel, which reads the stored blocks, so the result still holds.
+// pack_weights copies exactly the weights whose kernel reads them regrouped (PTQ1_0, on the
+// AVX-512 path); a copy that is missing or of the wrong size sends the product to the AVX2
+// kernel, which reads the stored blocks, so the result still holds.
 TEST(CpuMatmul, RegroupedCopyOnlyWhereTheKernelReadsIt) {
   std::mt19937 rng(13);
   const bool avx512 = cpu::matmul_path_taken() == cpu::MatmulPath::avx512;
   for (auto [id, cols] : {std::pair{TypeId::PTQ1_0, int64_t(512)}, {TypeId::PTQ1_0, 384}, {TypeId::Q8_0, 512}}) {
     const Weights m = make_weights(id, 5, cols, false, rng);
-    const bool regroups = avx512 && id == TypeId::PTQ1_0 && cols % 512 == 0;
+    const bool regroups = avx512 && id == TypeId::PTQ1_0;
     const auto packed = cpu::pack_weights(m.t);
     EXPECT_EQ(packed.size(), regroups ? m.t.nbytes : 0) << traits(id).name << " " << cols;
     if (regroups) {
