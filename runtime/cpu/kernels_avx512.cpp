@@ -200,50 +200,57 @@ __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-// One PTQ1_0 row (pack_ptq1's slabs, nb blocks) against T tokens (slab-ordered activations
-// act + t * stride; per-block scales d[t] and corrections corr[t] as act_quant.h): v[t] gets 16
-// lanes whose sum is the dot product. Each slab's digit registers sum in int32, one chain per
-// word, then turn float once with the 16 scales dw_i * d_i.
+// One slab of m blocks (m = 16 when Full) of a PTQ1_0 row against T tokens (slab-ordered
+// activations act + t * stride; that slab's per-block scales d[t] and corrections corr[t], as
+// act_quant.h): adds to acc[t] the 16 lanes of its dot products times their scales and to cacc[t]
+// their corrections. The digit registers sum in int32, one chain per word (vpdpbusd's latency
+// would make a single chain of 34 the limit), then turn float once with the 16 scales dw_i * d_i.
+// A masked load only for a last, partial slab: on Zen 5 a stream of masked loads from memory ran
+// at a third of the speed of plain ones.
+template <int T, bool Full>
+void slab_dot(const Lut& lut, const uint8_t* w, int m, const int8_t* act, int64_t stride, const float* const* d,
+              const float* const* corr, int64_t b0, __m512* acc, __m512* cacc) {
+  const __mmask16 lanes = __mmask16((1u << m) - 1);
+  __m512i s[T][kWords];
+  __m512 dw;
+#pragma GCC unroll 7
+  for (int k = 0; k < kWords; ++k) {
+    const __m512i b = Full ? _mm512_loadu_si512(w + 64 * k) : _mm512_maskz_loadu_epi32(lanes, w + 4 * m * k);
+    __m512i c[5];
+    if (k < kQsWords) lut.digits<5>(b, c);
+    else lut.digits<4>(b, c);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const int8_t* a = act + t * stride;
+      s[t][k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], _mm512_load_si512(a + 64 * act_reg(k, 0)));
+#pragma GCC unroll 4
+      for (int n = 1; n < 5; ++n)
+        if (n < 4 || k < kQsWords) s[t][k] = _mm512_dpbusd_epi32(s[t][k], c[n], _mm512_load_si512(a + 64 * act_reg(k, n)));
+    }
+    if (k == kQsWords) dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16)));  // d: word 6's top half
+  }
+  for (int t = 0; t < T; ++t) {
+    const __m512i s01 = _mm512_add_epi32(s[t][0], s[t][1]), s23 = _mm512_add_epi32(s[t][2], s[t][3]);
+    const __m512i s45 = _mm512_add_epi32(s[t][4], s[t][5]);
+    const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(s01, s23), _mm512_add_epi32(s45, s[t][6]));
+    const __m512 da = Full ? _mm512_loadu_ps(d[t] + b0) : _mm512_maskz_loadu_ps(lanes, d[t] + b0);
+    const __m512 cr = Full ? _mm512_loadu_ps(corr[t] + b0) : _mm512_maskz_loadu_ps(lanes, corr[t] + b0);
+    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, da), acc[t]);
+    cacc[t] = _mm512_fmadd_ps(dw, cr, cacc[t]);
+  }
+}
+
+// One PTQ1_0 row (pack_ptq1's slabs, nb blocks) against T tokens, as slab_dot: v[t] gets 16 lanes
+// whose sum is the dot product.
 template <int T>
 void dot_ptq1(const Lut& lut, const uint8_t* w, int64_t nb, const int8_t* act, int64_t stride, const float* const* d,
               const float* const* corr, __m512* v) {
   __m512 acc[T], cacc[T];
   for (int t = 0; t < T; ++t) acc[t] = cacc[t] = _mm512_setzero_ps();
-  for (int64_t b0 = 0; b0 < nb; b0 += kSlab, act += kSlabAct) {
-    const int m = int(min64(kSlab, nb - b0));
-    const __mmask16 lanes = __mmask16((1u << m) - 1);
-    // one int32 chain per word: vpdpbusd's latency would make a single chain of 34 the limit
-    __m512i s[T][kWords];
-    __m512 dw;
-#pragma GCC unroll 7
-    for (int k = 0; k < kWords; ++k) {
-      // (a masked load only for the last, partial slab: on Zen 5 a stream of masked loads from
-      // memory ran at a third of the speed of plain ones)
-      const __m512i b = m == kSlab ? _mm512_loadu_si512(w + 64 * k) : _mm512_maskz_loadu_epi32(lanes, w + 4 * m * k);
-      __m512i c[5];
-      if (k < kQsWords) lut.digits<5>(b, c);
-      else lut.digits<4>(b, c);
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) {
-        const int8_t* a = act + t * stride;
-        s[t][k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], _mm512_load_si512(a + 64 * act_reg(k, 0)));
-#pragma GCC unroll 4
-        for (int n = 1; n < 5; ++n)
-          if (n < 4 || k < kQsWords) s[t][k] = _mm512_dpbusd_epi32(s[t][k], c[n], _mm512_load_si512(a + 64 * act_reg(k, n)));
-      }
-      if (k == kQsWords) dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16)));  // d: word 6's top half
-    }
-    for (int t = 0; t < T; ++t) {
-      const __m512i s01 = _mm512_add_epi32(s[t][0], s[t][1]), s23 = _mm512_add_epi32(s[t][2], s[t][3]);
-      const __m512i s45 = _mm512_add_epi32(s[t][4], s[t][5]);
-      const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(s01, s23), _mm512_add_epi32(s45, s[t][6]));
-      const __m512 da = m == kSlab ? _mm512_loadu_ps(d[t] + b0) : _mm512_maskz_loadu_ps(lanes, d[t] + b0);
-      const __m512 cr = m == kSlab ? _mm512_loadu_ps(corr[t] + b0) : _mm512_maskz_loadu_ps(lanes, corr[t] + b0);
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, da), acc[t]);
-      cacc[t] = _mm512_fmadd_ps(dw, cr, cacc[t]);
-    }
-    w += int64_t(m) * int64_t(sizeof(block_ptq1_0));
-  }
+  int64_t b0 = 0;
+  for (; b0 + kSlab <= nb; b0 += kSlab, act += kSlabAct, w += kSlab * int64_t(sizeof(block_ptq1_0)))
+    slab_dot<T, true>(lut, w, kSlab, act, stride, d, corr, b0, acc, cacc);
+  if (b0 < nb) slab_dot<T, false>(lut, w, int(nb - b0), act, stride, d, corr, b0, acc, cacc);
   for (int t = 0; t < T; ++t) v[t] = _mm512_sub_ps(acc[t], cacc[t]);
 }
 
