@@ -9,6 +9,10 @@ std::unique_ptr<Backend> make_cpu_backend(int threads);
 std::unique_ptr<Backend> make_cuda_backend(int device);  // runtime/cuda/backend_cuda.cu
 #endif
 
+void Backend::matmul_shared(const Tensor* const* w, float* const* y, int count, const float* x, int64_t n) {
+  for (int i = 0; i < count; ++i) matmul(*w[i], x, n, y[i]);
+}
+
 void Backend::matmul_residual(const ResidualView& r, const float*, int64_t, float*) {
   throw Error(cat("the ", name(), " backend does not support residual codebooks ('", r.base,
                   "' has them): run this file on the cpu backend"));

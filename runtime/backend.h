@@ -26,6 +26,10 @@ class Backend {
   virtual void embed(const Tensor& table, const int32_t* ids, int64_t n, float* out) = 0;
   // y[t][r] = sum_k W[r][k] x[t][k] for t < n.
   virtual void matmul(const Tensor& w, const float* x, int64_t n, float* y) = 0;
+  // matmul of count weights that read the same x (q/k/v, gate/up): y[i] = w[i] x, as count matmul
+  // calls give, so that a backend may prepare the input once and run all of them in one pass. The
+  // default makes the count calls.
+  virtual void matmul_shared(const Tensor* const* w, float* const* y, int count, const float* x, int64_t n);
   // y[t][r] += (R̂ x_t)[r]: a weight's residual codebooks (formats/residual.h), after its matmul.
   // The default refuses (Error naming the backend and tensor): a backend without the kernels.
   virtual void matmul_residual(const ResidualView& r, const float* x, int64_t n, float* y);

@@ -40,13 +40,13 @@ class CpuBackend final : public Backend {
     cpu::get_rows(table, ids, n, out);
   }
   void matmul(const Tensor& w, const float* x, int64_t n, float* y) override {
-    const auto& copy = cached(regrouped_, {w.uid, w.data}, [&] {
-      auto c = cpu::pack_weights(w);
-      // From now on only the copy is read: the file's pages need not stay resident beside it.
-      if (!c.empty()) MappedFile::release(w.data, w.nbytes);
-      return c;
-    });
-    cpu::matmul(w, x, n, y, &copy);
+    cpu::matmul(w, x, n, y, &regrouped(w));
+  }
+  void matmul_shared(const Tensor* const* w, float* const* y, int count, const float* x, int64_t n) override {
+    if (count > kMaxShared) return Backend::matmul_shared(w, y, count, x, n);
+    const std::vector<uint8_t>* copies[kMaxShared];
+    for (int i = 0; i < count; ++i) copies[i] = &regrouped(*w[i]);
+    cpu::matmul_shared(w, y, count, x, n, copies);
   }
   void matmul_residual(const ResidualView& r, const float* x, int64_t n, float* y) override {
     const auto& packed = cached(packed_, {r.index_uid, r.indices}, [&] { return cpu::pack_residual_indices(r); });
@@ -126,6 +126,19 @@ class CpuBackend final : public Backend {
     auto it = cache.find(key);
     if (it == cache.end()) it = cache.emplace(key, make()).first;
     return it->second;
+  }
+
+  // The most weights one matmul_shared call takes together (q/k/v are three); more go one by one.
+  static constexpr int kMaxShared = 4;
+
+  // w's copy for its kernel (the regrouped_ cache).
+  const std::vector<uint8_t>& regrouped(const Tensor& w) {
+    return cached(regrouped_, {w.uid, w.data}, [&] {
+      auto c = cpu::pack_weights(w);
+      // From now on only the copy is read: the file's pages need not stay resident beside it.
+      if (!c.empty()) MappedFile::release(w.data, w.nbytes);
+      return c;
+    });
   }
 
   std::vector<std::vector<float>> buffers_;

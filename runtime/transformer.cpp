@@ -35,6 +35,26 @@ float* Session::product_input(const Tensor& w, float* x, int64_t n, float* scrat
   return scratch;
 }
 
+void Session::linear_shared(std::initializer_list<std::pair<const Tensor*, float*>> products, float* x, int64_t n,
+                            float* scratch) {
+  // One backend call where nothing happens between the products: no rotated input, no residual
+  // codebooks, no observer (those go per weight, through linear).
+  constexpr size_t kMax = 3;
+  const Tensor* w[kMax];
+  float* y[kMax];
+  int count = 0;
+  bool plain = !observer_ && products.size() <= kMax;
+  for (const auto& [t, out] : products) {
+    plain = plain && (m_.hadamard.empty() || !m_.hadamard.rotates(t->name)) && !m_.residuals.count(t);
+    if (plain) {
+      w[count] = t;
+      y[count++] = out;
+    }
+  }
+  if (plain) return be_.matmul_shared(w, y, count, x, n);
+  for (const auto& [t, out] : products) linear(*t, x, n, out, scratch);
+}
+
 void Session::linear(const Tensor& w, float* x, int64_t n, float* y, float* scratch) {
   x = product_input(w, x, n, scratch);
   if (observer_) observer_(w, x, n);
@@ -87,9 +107,7 @@ void Session::block_step(int64_t l, int step, float* x, float* in, float* out, i
       be_.rmsnorm(x, w.attn_norm, n, c.n_embd, c.rms_eps, out);
       return;
     case 1:  // q/k/v and attention over this sequence's cache: the output projection's input
-      linear(*w.wq, in, n, q_, tmp_);
-      linear(*w.wk, in, n, k_, tmp_);
-      linear(*w.wv, in, n, v_, tmp_);
+      linear_shared({{w.wq, q_}, {w.wk, k_}, {w.wv, v_}}, in, n, tmp_);
       if (c.qkv_bias) {
         be_.add_bias(q_, w.bias_q, n);
         be_.add_bias(k_, w.bias_k, n);
@@ -111,8 +129,7 @@ void Session::block_step(int64_t l, int step, float* x, float* in, float* out, i
       be_.rmsnorm(x, w.ffn_norm, n, c.n_embd, c.rms_eps, out);
       return;
     case 3:  // SwiGLU: the down projection's input
-      linear(*w.gate, in, n, out, tmp_);
-      linear(*w.up, in, n, u_, tmp_);
+      linear_shared({{w.gate, out}, {w.up, u_}}, in, n, tmp_);
       be_.silu_mul(out, u_, n * c.n_ff);
       return;
     case 4:  // the feed-forward output added to x (xn_ is free here: block() passes g_ as in)

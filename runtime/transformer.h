@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "runtime/backend.h"
@@ -45,6 +47,10 @@ class Session {
  private:
   // y = W x, with the Hadamard transform on x first when the file rotated W.
   void linear(const Tensor& w, float* x, int64_t n, float* y, float* scratch);
+  // linear for weights that read the same x ({weight, its y}): one Backend::matmul_shared call
+  // when none needs its own step (a rotated input, residual codebooks, an observer).
+  void linear_shared(std::initializer_list<std::pair<const Tensor*, float*>> products, float* x, int64_t n,
+                     float* scratch);
   // What W's product sees of x: x, or its rotated copy in `scratch` when the file rotated W.
   float* product_input(const Tensor& w, float* x, int64_t n, float* scratch);
   // Block l on x (n tokens at positions pos_..), updating the KV cache: the five steps in order.

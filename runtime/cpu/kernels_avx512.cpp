@@ -191,7 +191,9 @@ void reorder_ptq1(const int32_t* elem, const int8_t* q, int64_t cols, int64_t n_
   }
 }
 
-// The sums of four registers' lanes, as the four lanes of one.
+// The sums of four registers' lanes, as the four lanes of one. Each lane adds its register's
+// lanes in one fixed order, whatever the other three are, so reduce1 gives a row the same sum
+// whether it goes alone or with three others (the rows a call takes depend on where it starts).
 __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
   auto half = [](__m512 v) {
     return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
@@ -199,6 +201,7 @@ __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
   const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(half(a), half(b)), _mm256_hadd_ps(half(c), half(d)));
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
+float reduce1(__m512 v) { return _mm_cvtss_f32(reduce4(v, v, v, v)); }
 
 // One slab of m blocks (m = 16 when Full) of a PTQ1_0 row against T tokens (slab-ordered
 // activations act + t * stride; that slab's per-block scales d[t] and corrections corr[t], as
@@ -257,12 +260,33 @@ void dot_ptq1(const Lut& lut, const uint8_t* w, int64_t nb, const int8_t* act, i
 // Rows per call of the for_rows lambda: four single-token rows share one reduction of their lanes.
 constexpr int kRowsPtq1 = 4;
 
-void run_ptq1(const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView& a, const int32_t* elem,
-              int8_t* scratch, float* y) {
+// Rows of the parts laid end to end: fn(part, its first row, row count) for the ones among
+// [r, r + nr), so that one pass of the threads covers every part (for_rows over their sum).
+template <class Fn>
+void in_parts(const Part* parts, int count, int64_t r, int nr, const Fn& fn) {
+  for (int p = 0; p < count && nr > 0; ++p) {
+    if (r >= parts[p].rows) {
+      r -= parts[p].rows;
+      continue;
+    }
+    const int k = int(min64(nr, parts[p].rows - r));
+    fn(parts[p], r, k);
+    nr -= k;
+    r = 0;
+  }
+}
+
+int64_t total_rows(const Part* parts, int count) {
+  int64_t rows = 0;
+  for (int p = 0; p < count; ++p) rows += parts[p].rows;
+  return rows;
+}
+
+void run_ptq1(const Part* parts, int count, int64_t cols, const avx2::ActView& a, const int32_t* elem, int8_t* scratch) {
   reorder_ptq1(elem, a.q, cols, a.n_tokens, scratch);
   const int64_t nb = cols / QK_PTQ1_0, stride = slabs(nb) * kSlabAct;
   const int64_t rb = nb * int64_t(sizeof(block_ptq1_0));
-  for_rows<kRowsPtq1>(rows, a.n_tokens, rb, cols, [&](int64_t r, int nr, int64_t t0, int nt) {
+  for_rows<kRowsPtq1>(total_rows(parts, count), a.n_tokens, rb, cols, [&](int64_t r0, int n0, int64_t t0, int nt) {
     const Lut lut;
     const int8_t* act = scratch + t0 * stride;
     const float* d[kTokens];
@@ -271,24 +295,27 @@ void run_ptq1(const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView&
       d[t] = a.d + (t0 + t) * nb;
       corr[t] = a.corr + (t0 + t) * nb;
     }
-    __m512 v[kRowsPtq1][kTokens];
-    for (int k = 0; k < nr; ++k) {
-      const uint8_t* row = w + (r + k) * rb;
-      switch (nt) {
-        case 1: dot_ptq1<1>(lut, row, nb, act, stride, d, corr, v[k]); break;
-        case 2: dot_ptq1<2>(lut, row, nb, act, stride, d, corr, v[k]); break;
-        case 3: dot_ptq1<3>(lut, row, nb, act, stride, d, corr, v[k]); break;
-        default: dot_ptq1<4>(lut, row, nb, act, stride, d, corr, v[k]); break;
+    in_parts(parts, count, r0, n0, [&](const Part& part, int64_t r, int nr) {
+      __m512 v[kRowsPtq1][kTokens];
+      for (int k = 0; k < nr; ++k) {
+        const uint8_t* row = part.w + (r + k) * rb;
+        switch (nt) {
+          case 1: dot_ptq1<1>(lut, row, nb, act, stride, d, corr, v[k]); break;
+          case 2: dot_ptq1<2>(lut, row, nb, act, stride, d, corr, v[k]); break;
+          case 3: dot_ptq1<3>(lut, row, nb, act, stride, d, corr, v[k]); break;
+          default: dot_ptq1<4>(lut, row, nb, act, stride, d, corr, v[k]); break;
+        }
       }
-    }
-    if (nr == kRowsPtq1 && nt == 1) {
-      alignas(16) float o[kRowsPtq1];
-      _mm_store_ps(o, reduce4(v[0][0], v[1][0], v[2][0], v[3][0]));
-      for (int k = 0; k < nr; ++k) y[t0 * rows + r + k] = o[k];
-    } else {
-      for (int k = 0; k < nr; ++k)
-        for (int t = 0; t < nt; ++t) y[(t0 + t) * rows + r + k] = _mm512_reduce_add_ps(v[k][t]);
-    }
+      float* y = part.y;
+      if (nr == kRowsPtq1 && nt == 1) {
+        alignas(16) float o[kRowsPtq1];
+        _mm_store_ps(o, reduce4(v[0][0], v[1][0], v[2][0], v[3][0]));
+        for (int k = 0; k < nr; ++k) y[t0 * part.rows + r + k] = o[k];
+      } else {
+        for (int k = 0; k < nr; ++k)
+          for (int t = 0; t < nt; ++t) y[(t0 + t) * part.rows + r + k] = reduce1(v[k][t]);
+      }
+    });
   });
 }
 
@@ -341,12 +368,11 @@ void dot_q8(const block_q8_0* w, int64_t nb, const int8_t* const* q, const float
   for (int t = 0; t < T; ++t) out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
 }
 
-void run_q8_0(const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView& a, int8_t* scratch, float* y) {
+void run_q8_0(const Part* parts, int count, int64_t cols, const avx2::ActView& a, int8_t* scratch) {
   auto* start = reinterpret_cast<int32_t*>(scratch);
   prep_q8(a.q, cols, a.n_tokens, start);
   const int64_t nb = cols / QK8_0, rb = nb * int64_t(sizeof(block_q8_0));
-  for_rows<1>(rows, a.n_tokens, rb, cols, [&](int64_t r, int, int64_t t0, int nt) {
-    const auto* row = reinterpret_cast<const block_q8_0*>(w + r * rb);
+  for_rows<1>(total_rows(parts, count), a.n_tokens, rb, cols, [&](int64_t r0, int n0, int64_t t0, int nt) {
     const int8_t* q[kTokens];
     const float* d[kTokens];
     const int32_t* s[kTokens];
@@ -355,14 +381,17 @@ void run_q8_0(const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView&
       d[t] = a.d + (t0 + t) * nb;
       s[t] = start + (t0 + t) * nb * kLanes;
     }
-    float out[kTokens];
-    switch (nt) {
-      case 1: dot_q8<1>(row, nb, q, d, s, out); break;
-      case 2: dot_q8<2>(row, nb, q, d, s, out); break;
-      case 3: dot_q8<3>(row, nb, q, d, s, out); break;
-      default: dot_q8<4>(row, nb, q, d, s, out); break;
-    }
-    for (int t = 0; t < nt; ++t) y[(t0 + t) * rows + r] = out[t];
+    in_parts(parts, count, r0, n0, [&](const Part& part, int64_t r, int) {
+      const auto* row = reinterpret_cast<const block_q8_0*>(part.w + r * rb);
+      float out[kTokens];
+      switch (nt) {
+        case 1: dot_q8<1>(row, nb, q, d, s, out); break;
+        case 2: dot_q8<2>(row, nb, q, d, s, out); break;
+        case 3: dot_q8<3>(row, nb, q, d, s, out); break;
+        default: dot_q8<4>(row, nb, q, d, s, out); break;
+      }
+      for (int t = 0; t < nt; ++t) part.y[(t0 + t) * part.rows + r] = out[t];
+    });
   });
 }
 
@@ -399,10 +428,10 @@ int64_t scratch_bytes(TypeId type, int64_t cols, int64_t n_tokens) {
   }
 }
 
-void matmul_q8(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView& a,
-               const int32_t* elem, int8_t* scratch, float* y) {
-  if (type == TypeId::PTQ1_0) run_ptq1(w, rows, cols, a, elem, scratch, y);
-  if (type == TypeId::Q8_0) run_q8_0(w, rows, cols, a, scratch, y);
+void matmul_q8(TypeId type, const Part* parts, int count, int64_t cols, const avx2::ActView& a, const int32_t* elem,
+               int8_t* scratch) {
+  if (type == TypeId::PTQ1_0) run_ptq1(parts, count, cols, a, elem, scratch);
+  if (type == TypeId::Q8_0) run_q8_0(parts, count, cols, a, scratch);
 }
 
 }  // namespace bonsai::cpu::avx512

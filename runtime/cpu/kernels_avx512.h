@@ -29,12 +29,20 @@ void pack_ptq1(const uint8_t* w, int64_t rows, int64_t cols, uint8_t* out);
 // reads its weights regrouped (pack_ptq1).
 int64_t scratch_bytes(TypeId type, int64_t cols, int64_t n_tokens);
 
-// y[t*rows + r] for activations `a` quantized in act_layout_in_order(type)'s order (elem: that
-// layout's position -> element table); w is pack_ptq1's copy for PTQ1_0, the stored blocks for Q8_0. The
-// kernel first lays out what it needs from the activations in the scratch (scratch_bytes), then
-// reads the weights once for up to four tokens at a time. The integer block sums are exactly
-// those of the AVX2 kernel; only float rounding differs.
-void matmul_q8(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const avx2::ActView& a,
-               const int32_t* elem, int8_t* scratch, float* y);
+// One weight of a product: its rows (pack_ptq1's copy for PTQ1_0, the stored blocks for Q8_0)
+// and its output y[t*rows + r].
+struct Part {
+  const uint8_t* w;
+  int64_t rows;
+  float* y;
+};
+
+// The products of `count` weights of one type and width with the same activations `a`, quantized
+// in act_layout_in_order(type)'s order (elem: that layout's position -> element table), in one
+// pass of the threads over all their rows. The kernel first lays out what it needs from the
+// activations in the scratch (scratch_bytes), then reads the weights once for up to four tokens at
+// a time. The integer block sums are exactly those of the AVX2 kernel; only float rounding differs.
+void matmul_q8(TypeId type, const Part* parts, int count, int64_t cols, const avx2::ActView& a, const int32_t* elem,
+               int8_t* scratch);
 
 }  // namespace bonsai::cpu::avx512

@@ -133,38 +133,89 @@ std::vector<uint8_t> pack_weights(const Tensor& w) {
   return out;
 }
 
-void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, const std::vector<uint8_t>* packed) {
-  const Matrix m = check_matrix(w, "matmul");
-  check_count(w, "matmul", "token", n_tokens);
-  if (m.rows == 0 || n_tokens == 0) return;
+namespace {
+
+#if BONSAI_CPU_AVX2
+// x quantized for an int8 kernel (AVX2's quantize_act), in a buffer of this thread's that the
+// next call reuses: no allocation per token once warm.
+const QuantAct& quantized(const ActLayout& layout, const float* x, int64_t cols, int64_t n_tokens) {
+  thread_local QuantAct act;
+  act.reset(layout, cols, n_tokens);
+  avx2::quantize_act(act.elem.data(), act.qk, act.offset, x, cols, n_tokens, act.q.data(), act.d.data(),
+                     act.corr.data());
+  return act;
+}
+
+avx2::ActView view_of(const QuantAct& a) { return {a.q.data(), a.d.data(), a.corr.data(), a.cols, a.n_tokens}; }
+#endif
+
+// The products of weights of one type and width with the same activations, on the AVX-512
+// kernels: the activations quantized once, one pass of the threads over all rows. False (nothing
+// done) where those kernels do not take them: another path, mixed types, a type or width they
+// have no kernel for, or a regrouped copy missing.
+bool matmul_wide(const Tensor* const* w, float* const* y, int count, const Matrix& m, const float* x, int64_t n_tokens,
+                 const std::vector<uint8_t>* const* packed) {
+#if BONSAI_CPU_AVX2
+  const TypeId type = w[0]->type;
+  const ActLayout* layout = act_layout_in_order(type);
+  const int64_t scratch = avx512::scratch_bytes(type, m.cols, n_tokens);
+  if (matmul_path_taken() != MatmulPath::avx512 || !layout || scratch == 0) return false;
+  thread_local std::vector<avx512::Part> parts;  // reused across calls: no allocation once warm
+  parts.clear();
+  for (int i = 0; i < count; ++i) {
+    if (w[i]->type != type) return false;
+    const std::vector<uint8_t>* copy = packed ? packed[i] : nullptr;
+    const uint8_t* data = !avx512::packs(type, m.cols) ? w[i]->data
+                          : copy && copy->size() == w[i]->nbytes ? copy->data()
+                                                                 : nullptr;
+    if (!data) return false;
+    parts.push_back({data, w[i]->ne[1], y[i]});
+  }
+  const QuantAct& act = quantized(*layout, x, m.cols, n_tokens);
+  thread_local std::vector<int8_t> reordered;
+  reordered.resize(size_t(scratch));
+  avx512::matmul_q8(type, parts.data(), count, m.cols, view_of(act), act.elem.data(), reordered.data());
+  return true;
+#else
+  (void)w, (void)y, (void)count, (void)m, (void)x, (void)n_tokens, (void)packed;
+  return false;
+#endif
+}
+
+// One product on the AVX2 kernels, float kernels or the reference, whichever this CPU and type take.
+void matmul_one(const Tensor& w, const Matrix& m, const float* x, int64_t n_tokens, float* y) {
   if (n_tokens >= kGemmTokens && float_weights(w.type)) return matmul_gemm(w, m, x, n_tokens, y);
 #if BONSAI_CPU_AVX2
-  const MatmulPath path = matmul_path_taken();
-  if (path >= MatmulPath::avx2) {
+  if (matmul_path_taken() >= MatmulPath::avx2) {
     if (const ActLayout* layout = act_layout(w.type)) {
-      const bool regrouped = avx512::packs(w.type, m.cols);
-      const uint8_t* data = regrouped ? (packed && packed->size() == w.nbytes ? packed->data() : nullptr) : w.data;
-      const int64_t scratch = avx512::scratch_bytes(w.type, m.cols, n_tokens);
-      const bool wide = path == MatmulPath::avx512 && scratch > 0 && data;
-      if (const ActLayout* in_order = act_layout_in_order(w.type); wide && in_order)
-        layout = in_order;  // the AVX-512 kernels lay the activations out for themselves
-      thread_local QuantAct act;  // reused across calls: no allocation per token once warm
-      act.reset(*layout, m.cols, n_tokens);
-      avx2::quantize_act(act.elem.data(), act.qk, act.offset, x, m.cols, n_tokens, act.q.data(), act.d.data(),
-                         act.corr.data());
-      const avx2::ActView view{act.q.data(), act.d.data(), act.corr.data(), m.cols, n_tokens};
-      if (wide) {
-        thread_local std::vector<int8_t> reordered;
-        reordered.resize(size_t(scratch));
-        return avx512::matmul_q8(w.type, data, m.rows, m.cols, view, act.elem.data(), reordered.data(), y);
-      }
-      if (avx2::matmul_q8(w.type, w.data, m.rows, m.cols, view, y)) return;
+      if (avx2::matmul_q8(w.type, w.data, m.rows, m.cols, view_of(quantized(*layout, x, m.cols, n_tokens)), y)) return;
     } else if (avx2::matmul_float(w.type, w.data, m.rows, m.cols, x, n_tokens, y)) {
       return;
     }
   }
 #endif
   matmul_ref(w, x, n_tokens, y);
+}
+
+}  // namespace
+
+void matmul_shared(const Tensor* const* w, float* const* y, int count, const float* x, int64_t n_tokens,
+                   const std::vector<uint8_t>* const* packed) {
+  if (count <= 0) return;
+  const Matrix m = check_matrix(*w[0], "matmul");
+  check_count(*w[0], "matmul", "token", n_tokens);
+  for (int i = 1; i < count; ++i)
+    if (const Matrix mi = check_matrix(*w[i], "matmul"); mi.cols != m.cols)
+      fail(w[i]->name, "matmul: ", mi.cols, " columns, but it shares its input with ", w[0]->name, " of ", m.cols);
+  if (n_tokens == 0) return;
+  if (matmul_wide(w, y, count, m, x, n_tokens, packed)) return;
+  for (int i = 0; i < count; ++i)
+    if (w[i]->ne[1] > 0) matmul_one(*w[i], check_matrix(*w[i], "matmul"), x, n_tokens, y[i]);
+}
+
+void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, const std::vector<uint8_t>* packed) {
+  const Tensor* one = &w;
+  matmul_shared(&one, &y, 1, x, n_tokens, &packed);
 }
 
 void get_rows(const Tensor& w, const int32_t* ids, int64_t n, float* out) {

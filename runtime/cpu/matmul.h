@@ -29,6 +29,14 @@ namespace bonsai::cpu {
 void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y,
             const std::vector<uint8_t>* packed = nullptr);
 
+// matmul of `count` weights that read the same input x (the same cols; q/k/v, gate/up): y[i] for
+// w[i], with packed[i] its pack_weights copy (packed may be null), exactly as count matmul calls
+// give. Where the AVX-512 kernels take them all (one type they serve, every copy they read
+// present), the activations are quantized once and one pass of the threads covers every row,
+// instead of a quantization and a fork and join of the threads per weight.
+void matmul_shared(const Tensor* const* w, float* const* y, int count, const float* x, int64_t n_tokens,
+                   const std::vector<uint8_t>* const* packed);
+
 // w's weights regrouped for the kernel matmul_path_taken() gives its type, as many bytes as w; empty
 // where that kernel reads the stored layout (every type but PTQ1_0, and PTQ1_0 below AVX-512).
 std::vector<uint8_t> pack_weights(const Tensor& w);

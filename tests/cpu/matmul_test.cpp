@@ -394,6 +394,53 @@ TEST(CpuMatmul, RegroupedCopyOnlyWhereTheKernelReadsIt) {
   cpu::cap_matmul_path(before);
 }
 
+// matmul_shared gives each weight exactly what its own matmul call gives (the same quantized
+// activations, the same kernels), bit for bit: weights of 5, 67 and 3 rows (steps of rows cross
+// from one to the next), one token and prompt sizes, on every path. Widths that differ are an
+// error naming the weight.
+TEST(CpuMatmul, SharedInputProductsMatchSeparateCalls) {
+  on_each_path([](const std::string& path) {
+    std::mt19937 rng(17);
+    for (TypeId id : {TypeId::PTQ1_0, TypeId::Q8_0, TypeId::TQ1_0, TypeId::F16}) {
+      const int64_t cols = 512;
+      std::vector<Weights> ws;
+      for (int64_t rows : {5, 67, 3}) ws.push_back(make_weights(id, rows, cols, true, rng));
+      std::vector<std::vector<uint8_t>> packs;
+      for (const Weights& w : ws) packs.push_back(cpu::pack_weights(w.t));
+      for (int64_t n : {1, 3, 17}) {
+        const auto x = random_x(cols * n, rng);
+        std::vector<std::vector<float>> apart, together;
+        const Tensor* w[3];
+        float* y[3];
+        const std::vector<uint8_t>* copies[3];
+        for (size_t i = 0; i < ws.size(); ++i) {
+          apart.emplace_back(size_t(ws[i].rows() * n));
+          together.emplace_back(size_t(ws[i].rows() * n), -1.0f);
+          cpu::matmul(ws[i].t, x.data(), n, apart[i].data(), &packs[i]);
+          w[i] = &ws[i].t;
+          y[i] = together[i].data();
+          copies[i] = &packs[i];
+        }
+        cpu::matmul_shared(w, y, 3, x.data(), n, copies);
+        for (size_t i = 0; i < ws.size(); ++i)
+          EXPECT_EQ(0, std::memcmp(apart[i].data(), together[i].data(), apart[i].size() * sizeof(float)))
+              << path << " " << traits(id).name << " weight " << i << " n=" << n;
+      }
+    }
+  });
+  std::mt19937 rng(19);
+  const Weights a = make_weights(TypeId::Q8_0, 2, 256, false, rng), b = make_weights(TypeId::Q8_0, 2, 512, false, rng);
+  const Tensor* w[2] = {&a.t, &b.t};
+  std::vector<float> x(512), y0(2), y1(2);
+  float* y[2] = {y0.data(), y1.data()};
+  try {
+    cpu::matmul_shared(w, y, 2, x.data(), 1, nullptr);
+    ADD_FAILURE() << "weights of different widths were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(b.t.name), std::string::npos) << e.what();
+  }
+}
+
 // A NaN activation poisons every output, as in float math, instead of vanishing in int8.
 TEST(CpuMatmul, NonFiniteActivationPropagates) {
   std::mt19937 rng(9);
