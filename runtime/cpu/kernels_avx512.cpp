@@ -119,7 +119,7 @@ constexpr Recoding make_recoding() {
 constexpr Recoding kRecoding = make_recoding();
 static_assert([] {
   for (int b = 0; b < 256; ++b) {
-    int c = kRecoding.to_code[b];
+    const int c = kRecoding.to_code[b];
     const int c0 = c < 128 ? c : kRecoding.t[0][c], c1 = c < 128 ? c : kRecoding.t[1][c];
     for (int n = 0; n < 4; ++n)
       if (((kRecoding.t[0][c0] >> (2 * n)) & 3) != digit(b, n)) return false;
