@@ -206,15 +206,19 @@ float reduce1(__m512 v) { return _mm_cvtss_f32(reduce4(v, v, v, v)); }
 // One slab of m blocks (m = 16 when Full) of a PTQ1_0 row against T tokens (slab-ordered
 // activations act + t * stride; that slab's per-block scales d[t] and corrections corr[t], as
 // act_quant.h): adds to acc[t] the 16 lanes of its dot products times their scales and to cacc[t]
-// their corrections. The digit registers sum in int32, one chain per word (vpdpbusd's latency
-// would make a single chain of 34 the limit), then turn float once with the 16 scales dw_i * d_i.
+// their corrections. The digit registers sum in int32 chains, then turn float once with the 16
+// scales dw_i * d_i.
 // A masked load only for a last, partial slab: on Zen 5 a stream of masked loads from memory ran
 // at a third of the speed of plain ones.
 template <int T, bool Full>
 void slab_dot(const Lut& lut, const uint8_t* w, int m, const int8_t* act, int64_t stride, const float* const* d,
               const float* const* corr, int64_t b0, __m512* acc, __m512* cacc) {
   const __mmask16 lanes = __mmask16((1u << m) - 1);
-  __m512i s[T][kWords];
+  // Int32 chains per token: one per word for a lone token (vpdpbusd's latency would make a single
+  // chain of 34 the limit), two per token for several (their chains already overlap, and seven
+  // per token would not fit in the registers). Integer sums: the grouping changes no bit.
+  constexpr int C = T == 1 ? kWords : 2;
+  __m512i s[T][C];
   __m512 dw;
 #pragma GCC unroll 7
   for (int k = 0; k < kWords; ++k) {
@@ -225,17 +229,17 @@ void slab_dot(const Lut& lut, const uint8_t* w, int m, const int8_t* act, int64_
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       const int8_t* a = act + t * stride;
-      s[t][k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], _mm512_load_si512(a + 64 * act_reg(k, 0)));
+      __m512i& acc_k = s[t][k % C];
+      acc_k = _mm512_dpbusd_epi32(k < C ? _mm512_setzero_si512() : acc_k, c[0], _mm512_load_si512(a + 64 * act_reg(k, 0)));
 #pragma GCC unroll 4
       for (int n = 1; n < 5; ++n)
-        if (n < 4 || k < kQsWords) s[t][k] = _mm512_dpbusd_epi32(s[t][k], c[n], _mm512_load_si512(a + 64 * act_reg(k, n)));
+        if (n < 4 || k < kQsWords) acc_k = _mm512_dpbusd_epi32(acc_k, c[n], _mm512_load_si512(a + 64 * act_reg(k, n)));
     }
     if (k == kQsWords) dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16)));  // d: word 6's top half
   }
   for (int t = 0; t < T; ++t) {
-    const __m512i s01 = _mm512_add_epi32(s[t][0], s[t][1]), s23 = _mm512_add_epi32(s[t][2], s[t][3]);
-    const __m512i s45 = _mm512_add_epi32(s[t][4], s[t][5]);
-    const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(s01, s23), _mm512_add_epi32(s45, s[t][6]));
+    __m512i sum = s[t][0];
+    for (int j = 1; j < C; ++j) sum = _mm512_add_epi32(sum, s[t][j]);
     const __m512 da = Full ? _mm512_loadu_ps(d[t] + b0) : _mm512_maskz_loadu_ps(lanes, d[t] + b0);
     const __m512 cr = Full ? _mm512_loadu_ps(corr[t] + b0) : _mm512_maskz_loadu_ps(lanes, corr[t] + b0);
     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, da), acc[t]);
