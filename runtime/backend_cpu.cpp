@@ -2,6 +2,7 @@
 // matrix products by stored type come from matmul.h.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -43,10 +44,9 @@ class CpuBackend final : public Backend {
     cpu::matmul(w, x, n, y, &regrouped(w));
   }
   void matmul_shared(const Tensor* const* w, float* const* y, int count, const float* x, int64_t n) override {
-    if (count > kMaxShared) return Backend::matmul_shared(w, y, count, x, n);
-    const std::vector<uint8_t>* copies[kMaxShared];
-    for (int i = 0; i < count; ++i) copies[i] = &regrouped(*w[i]);
-    cpu::matmul_shared(w, y, count, x, n, copies);
+    std::vector<const std::vector<uint8_t>*> copies(size_t(std::max(count, 0)));
+    for (int i = 0; i < count; ++i) copies[size_t(i)] = &regrouped(*w[i]);
+    cpu::matmul_shared(w, y, count, x, n, copies.data());
   }
   void matmul_residual(const ResidualView& r, const float* x, int64_t n, float* y) override {
     const auto& packed = cached(packed_, {r.index_uid, r.indices}, [&] { return cpu::pack_residual_indices(r); });
@@ -127,9 +127,6 @@ class CpuBackend final : public Backend {
     if (it == cache.end()) it = cache.emplace(key, make()).first;
     return it->second;
   }
-
-  // The most weights one matmul_shared call takes together (q/k/v are three); more go one by one.
-  static constexpr int kMaxShared = 4;
 
   // w's copy for its kernel (the regrouped_ cache).
   const std::vector<uint8_t>& regrouped(const Tensor& w) {
