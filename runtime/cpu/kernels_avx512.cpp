@@ -263,16 +263,12 @@ void dot_ptq1(const Lut& lut, const uint8_t* w, int64_t nb, const int8_t* act, i
   for (int t = 0; t < T; ++t) v[t] = _mm512_sub_ps(acc[t], cacc[t]);
 }
 
-// How far ahead of its loads dot_rows_ptq1 asks for weights. On the 2-core Zen 5 a decode step's
-// products streamed 20-22 GB/s from memory without it and 24-27 with it (1 KB: 22-24, 4-8 KB:
-// 24-25); the hardware prefetcher alone leaves this compute-heavy loop waiting on memory.
-constexpr int64_t kPrefetchBytes = 2048;
-
 // R rows of PTQ1_0 (pack_ptq1's slabs, nb blocks, rows rb bytes apart) against one token, as
 // slab_dot<1> row by row with C int32 chains per row (the same integer sums and float steps, so
 // the same bits whatever R and C) but word by word across the rows: each activation register is
-// loaded once for all R rows. Four rows with one chain each ran a slab in 16 ns from L1 where one
-// row at a time took 21-23 ns.
+// loaded once for all R rows, and each weight line asks for the same line of the next R rows (the
+// hardware prefetcher alone leaves this compute-heavy loop waiting on memory). Four rows with one
+// chain each: see docs/benchmarks.md, "PTQ1_0 rows four at a time".
 template <int R, int C>
 void dot_rows_ptq1(const Lut& lut, const uint8_t* w, int64_t rb, int64_t nb, const int8_t* act, const float* d,
                    const float* corr, __m512* v) {
@@ -290,7 +286,7 @@ void dot_rows_ptq1(const Lut& lut, const uint8_t* w, int64_t rb, int64_t nb, con
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const __m512i b = _mm512_loadu_si512(w + r * rb + 64 * k);
-        _mm_prefetch(reinterpret_cast<const char*>(w + r * rb + 64 * k + kPrefetchBytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + (r + R) * rb + 64 * k), _MM_HINT_T0);
         __m512i c[5];
         if (k < kQsWords) lut.digits<5>(b, c);
         else lut.digits<4>(b, c);
