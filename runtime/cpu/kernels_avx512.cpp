@@ -267,8 +267,9 @@ void dot_ptq1(const Lut& lut, const uint8_t* w, int64_t nb, const int8_t* act, i
 // slab_dot<1> row by row with C int32 chains per row (the same integer sums and float steps, so
 // the same bits whatever R and C) but word by word across the rows: each activation register is
 // loaded once for all R rows, and each weight line asks for the same line of the next R rows (the
-// hardware prefetcher alone leaves this compute-heavy loop waiting on memory). Four rows with one
-// chain each: see docs/benchmarks.md, "PTQ1_0 rows four at a time".
+// hardware prefetcher alone leaves this compute-heavy loop waiting on memory; past the last row a
+// prefetch costs a few lines at most and cannot fault). Four rows with one chain each: see
+// docs/benchmarks.md, "PTQ1_0 rows four at a time".
 template <int R, int C>
 void dot_rows_ptq1(const Lut& lut, const uint8_t* w, int64_t rb, int64_t nb, const int8_t* act, const float* d,
                    const float* corr, __m512* v) {
