@@ -44,7 +44,8 @@ class CpuBackend final : public Backend {
     cpu::matmul(w, x, n, y, &regrouped(w));
   }
   void matmul_shared(const Tensor* const* w, float* const* y, int count, const float* x, int64_t n) override {
-    std::vector<const std::vector<uint8_t>*> copies(size_t(std::max(count, 0)));
+    thread_local std::vector<const std::vector<uint8_t>*> copies;  // no allocation per call once warm
+    copies.assign(size_t(std::max(count, 0)), nullptr);
     for (int i = 0; i < count; ++i) copies[size_t(i)] = &regrouped(*w[i]);
     cpu::matmul_shared(w, y, count, x, n, copies.data());
   }
