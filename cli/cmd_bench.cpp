@@ -22,9 +22,11 @@ int run(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse(args, "bonsai bench -m MODEL [-p 512] [-n 128] [-r 5] [--json]",
              "Measures prompt processing (pp) and generation (tg) speed in tokens/s (mean +/- sd over\n"
-             "the repetitions), the weight bytes a generated token reads, the memory bandwidth of\n"
-             "the device measured in the same run, and tg as a percentage of that roofline\n"
-             "(bandwidth / bytes per token), plus peak RSS.\n\n"
+             "the repetitions), the weight bytes a generated token reads, and tg as a percentage of\n"
+             "the memory roofline (bandwidth / bytes per token), plus peak RSS. The device's read\n"
+             "bandwidth is measured just before and just after each repetition's generation, and\n"
+             "each repetition is judged against the mean of its two probes (a shared machine moves\n"
+             "both); --json lists every repetition.\n\n"
              "example:\n  bonsai bench -m qwen3-1.7b-ptq1_0.gguf -t 2 --json",
              opts, {}, vm))
     return 0;
@@ -35,20 +37,29 @@ int run(const std::vector<std::string>& args) {
     if (!json) std::fprintf(stderr, "%s\n", line.c_str());
   });
   if (json) {
+    nlohmann::json reps = nlohmann::json::array();
+    for (const BenchRep& one : r.reps)
+      reps.push_back({{"pp_tps", one.pp_tps}, {"tg_tps", one.tg_tps}, {"bandwidth_before_gbs", one.bandwidth_before_gbs},
+                      {"bandwidth_after_gbs", one.bandwidth_after_gbs}, {"roofline_pct", one.roofline_pct}});
     print_json({{"model", vm["model"].as<std::string>()}, {"device", backend->name()}, {"n_prompt", bo.n_prompt},
                 {"n_gen", bo.n_gen}, {"reps", bo.reps}, {"pp_tps", r.pp_tps}, {"pp_sd", r.pp_sd},
                 {"tg_tps", r.tg_tps}, {"tg_sd", r.tg_sd}, {"bandwidth_gbs", r.bandwidth_gbs},
+                {"bandwidth_min_gbs", r.bandwidth_min_gbs}, {"bandwidth_max_gbs", r.bandwidth_max_gbs},
                 {"bytes_per_token", r.bytes_per_token}, {"roofline_tps", r.roofline_tps},
-                {"roofline_pct", r.roofline_pct}, {"peak_rss_bytes", r.peak_rss_bytes}});
+                {"roofline_pct", r.roofline_pct}, {"roofline_sd", r.roofline_sd}, {"per_rep", reps},
+                {"peak_rss_bytes", r.peak_rss_bytes}});
     return 0;
   }
   std::printf("model: %s (%s)\n", vm["model"].as<std::string>().c_str(), backend->name().c_str());
   std::printf("pp%lld: %.2f +/- %.2f tokens/s\n", static_cast<long long>(bo.n_prompt), r.pp_tps, r.pp_sd);
   std::printf("tg%lld: %.2f +/- %.2f tokens/s\n", static_cast<long long>(bo.n_gen), r.tg_tps, r.tg_sd);
-  std::printf("weights read per token: %.1f MB; measured bandwidth: %.1f GB/s; roofline: %.2f tokens/s\n",
-              double(r.bytes_per_token) / 1e6, r.bandwidth_gbs, r.roofline_tps);
-  std::printf("tg at %.1f%% of the bandwidth roofline; peak RSS %.1f MB\n", r.roofline_pct,
-              double(r.peak_rss_bytes) / 1e6);
+  std::printf("weights read per token: %.1f MB; measured bandwidth: %.1f GB/s (%.1f-%.1f over %zu probes); "
+              "roofline: %.2f tokens/s\n",
+              double(r.bytes_per_token) / 1e6, r.bandwidth_gbs, r.bandwidth_min_gbs, r.bandwidth_max_gbs,
+              2 * r.reps.size(), r.roofline_tps);
+  std::printf("tg at %.1f +/- %.1f%% of the bandwidth roofline (each repetition against the bandwidth measured "
+              "around it); peak RSS %.1f MB\n",
+              r.roofline_pct, r.roofline_sd, double(r.peak_rss_bytes) / 1e6);
   return 0;
 }
 

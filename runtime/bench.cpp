@@ -2,8 +2,10 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "formats/error.h"
@@ -45,32 +47,47 @@ BenchResult bench(const Model& m, Backend& be, const BenchOptions& o, const std:
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919 + 13) % size_t(n_vocab));
   std::vector<float> logits(static_cast<size_t>(n_vocab));
   using clock = std::chrono::steady_clock;
-  std::vector<double> pp, tg;
+  r.bytes_per_token = weight_bytes_per_token(m);
   // One warm-up of each (page faults of the memory map, thread start-up), then the timed reps.
   for (int rep = -1; rep < o.reps; ++rep) {
+    BenchRep one;
     s.reset();
     auto t0 = clock::now();
     s.eval(prompt.data(), o.n_prompt, o.n_prompt - 1, logits.data());
-    const double pp_s = std::chrono::duration<double>(clock::now() - t0).count();
+    one.pp_tps = double(o.n_prompt) / std::chrono::duration<double>(clock::now() - t0).count();
     s.reset();
+    if (rep >= 0) one.bandwidth_before_gbs = be.measure_bandwidth_gbs();
     int32_t tok = prompt[0];
     t0 = clock::now();
     for (int64_t i = 0; i < o.n_gen; ++i) {
       s.eval(&tok, 1, 0, logits.data());
       tok = int32_t((tok + 1) % n_vocab);
     }
-    const double tg_s = std::chrono::duration<double>(clock::now() - t0).count();
+    one.tg_tps = double(o.n_gen) / std::chrono::duration<double>(clock::now() - t0).count();
     if (rep < 0) continue;
-    pp.push_back(double(o.n_prompt) / pp_s);
-    tg.push_back(double(o.n_gen) / tg_s);
-    if (log) log(cat("rep ", rep + 1, "/", o.reps, ": pp ", pp.back(), " t/s, tg ", tg.back(), " t/s"));
+    one.bandwidth_after_gbs = be.measure_bandwidth_gbs();
+    const double bw = (one.bandwidth_before_gbs + one.bandwidth_after_gbs) / 2;
+    one.roofline_pct = 100.0 * one.tg_tps * double(r.bytes_per_token) / (bw * 1e9);
+    r.reps.push_back(one);
+    if (log)
+      log(cat("rep ", rep + 1, "/", o.reps, ": pp ", one.pp_tps, " t/s, tg ", one.tg_tps, " t/s, bandwidth ",
+              one.bandwidth_before_gbs, " / ", one.bandwidth_after_gbs, " GB/s before / after tg: ", one.roofline_pct,
+              "% of the roofline"));
   }
-  mean_sd(pp, &r.pp_tps, &r.pp_sd);
-  mean_sd(tg, &r.tg_tps, &r.tg_sd);
-  r.bytes_per_token = weight_bytes_per_token(m);
-  r.bandwidth_gbs = be.measure_bandwidth_gbs();
+  auto stats = [&](double BenchRep::*field, double* mean, double* sd) {
+    std::vector<double> v;
+    for (const BenchRep& one : r.reps) v.push_back(one.*field);
+    mean_sd(v, mean, sd);
+  };
+  stats(&BenchRep::pp_tps, &r.pp_tps, &r.pp_sd);
+  stats(&BenchRep::tg_tps, &r.tg_tps, &r.tg_sd);
+  stats(&BenchRep::roofline_pct, &r.roofline_pct, &r.roofline_sd);
+  std::vector<double> probes;
+  for (const BenchRep& one : r.reps) probes.insert(probes.end(), {one.bandwidth_before_gbs, one.bandwidth_after_gbs});
+  r.bandwidth_gbs = std::accumulate(probes.begin(), probes.end(), 0.0) / double(probes.size());
+  r.bandwidth_min_gbs = *std::min_element(probes.begin(), probes.end());
+  r.bandwidth_max_gbs = *std::max_element(probes.begin(), probes.end());
   r.roofline_tps = r.bandwidth_gbs * 1e9 / double(r.bytes_per_token);
-  r.roofline_pct = 100.0 * r.tg_tps / r.roofline_tps;
   r.peak_rss_bytes = peak_rss_bytes();
   return r;
 }

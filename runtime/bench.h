@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "runtime/backend.h"
 #include "runtime/model.h"
@@ -17,12 +18,23 @@ struct BenchOptions {
   int reps = 5;
 };
 
+// One timed repetition. The bandwidth is probed just before and just after its generation, so
+// that the roofline it is judged against is the memory's speed in the same seconds: on a shared
+// host both move together (one afternoon's probes on the 2-core machine read 31 to 71 GB/s).
+struct BenchRep {
+  double pp_tps = 0, tg_tps = 0;
+  double bandwidth_before_gbs = 0, bandwidth_after_gbs = 0;
+  double roofline_pct = 0;  // tg_tps * bytes_per_token / mean of the two probes * 100
+};
+
 struct BenchResult {
   double pp_tps = 0, pp_sd = 0, tg_tps = 0, tg_sd = 0;
   uint64_t bytes_per_token = 0;  // weight bytes one generated token reads
-  double bandwidth_gbs = 0;      // measured in the same run
-  double roofline_tps = 0;       // bandwidth / bytes_per_token
-  double roofline_pct = 0;       // tg_tps / roofline_tps * 100
+  double bandwidth_gbs = 0;      // mean of every rep's two probes
+  double bandwidth_min_gbs = 0, bandwidth_max_gbs = 0;
+  double roofline_tps = 0;       // bandwidth_gbs / bytes_per_token
+  double roofline_pct = 0, roofline_sd = 0;  // mean and sd of the reps' roofline_pct
+  std::vector<BenchRep> reps;
   int64_t peak_rss_bytes = 0;
 };
 

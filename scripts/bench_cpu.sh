@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CPU speed benchmark (not a test): synthetic Qwen3 models in several weight types, measured with
-# `bonsai bench` (pp, tg, bytes per token, bandwidth measured in the same run, roofline %) and,
+# `bonsai bench` (pp, tg, bytes per token, bandwidth probed around each tg repetition, roofline %) and,
 # when LLAMA_BENCH points at llama.cpp's llama-bench, with llama.cpp on the same files right after
 # (a type llama.cpp cannot load gets its error in the table instead of numbers).
 #
@@ -88,8 +88,10 @@ fmt() { jq -r "$1" "$2" 2>/dev/null || true; }
     pp=$(fmt '"\(.pp_tps*100|round/100) ± \(.pp_sd*100|round/100)"' "$b")
     tg=$(fmt '"\(.tg_tps*100|round/100) ± \(.tg_sd*100|round/100)"' "$b")
     mb=$(fmt '.bytes_per_token/1e6*10|round/10' "$b")
-    bw=$(fmt '.bandwidth_gbs*100|round/100' "$b")
-    pct=$(fmt '.roofline_pct*10|round/10' "$b")
+    # probes around every tg repetition (bench since 2026-12-02): their mean (min-max), and the
+    # repetitions' roofline % (each against its own probes) as mean ± sd
+    bw=$(fmt 'if has("bandwidth_min_gbs") then "\(.bandwidth_gbs*100|round/100) (\(.bandwidth_min_gbs*10|round/10)–\(.bandwidth_max_gbs*10|round/10))" else .bandwidth_gbs*100|round/100 end' "$b")
+    pct=$(fmt 'if has("roofline_sd") then "\(.roofline_pct*10|round/10) ± \(.roofline_sd*10|round/10)" else .roofline_pct*10|round/10 end' "$b")
     lb=$(grep -m1 "^## bonsai-$t.json: load before" "$log" | sed 's/.*load before //' | cut -d' ' -f1 || true)
     if [ -n "${LLAMA_BENCH:-}" ] && [ -s "$l" ] && jq -e 'length > 0' "$l" >/dev/null 2>&1; then
       lpp=$(jq -r ".[] | select(.n_prompt == $np and .n_gen == 0) | \"\(.avg_ts*100|round/100) ± \(.stddev_ts*100|round/100)\"" "$l")
