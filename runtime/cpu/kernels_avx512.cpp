@@ -263,18 +263,25 @@ void dot_ptq1(const Lut& lut, const uint8_t* w, int64_t nb, const int8_t* act, i
   for (int t = 0; t < T; ++t) v[t] = _mm512_sub_ps(acc[t], cacc[t]);
 }
 
+// How far ahead dot_rows_ptq1 asks for weights: at least this many bytes, in whole groups of R
+// rows. It must cover the memory's latency at the rate one core eats weights (~100 ns at ~30
+// GB/s): the next group alone is 1.75 KB ahead for the 2048-wide products, which then streamed
+// 26 GB/s against 31 from 5.25 KB (docs/benchmarks.md, "Prefetch distance and range stealing").
+constexpr int64_t kPrefetchBytes = 4096;
+
 // R rows of PTQ1_0 (pack_ptq1's slabs, nb blocks, rows rb bytes apart) against one token, as
 // slab_dot<1> row by row with C int32 chains per row (the same integer sums and float steps, so
 // the same bits whatever R and C) but word by word across the rows: each activation register is
-// loaded once for all R rows, and each weight line asks for the same line of the next R rows (the
-// hardware prefetcher alone leaves this compute-heavy loop waiting on memory; past the last row a
-// prefetch costs a few lines at most and cannot fault). Four rows with one chain each: see
-// docs/benchmarks.md, "PTQ1_0 rows four at a time".
+// loaded once for all R rows, and each weight line asks for the same line of a later group of R
+// rows, kPrefetchBytes or more ahead (the hardware prefetcher alone leaves this compute-heavy loop
+// waiting on memory; past a run's last row the prefetches read a few KB in vain, and cannot fault).
+// Four rows with one chain each: see docs/benchmarks.md, "PTQ1_0 rows four at a time".
 template <int R, int C>
 void dot_rows_ptq1(const Lut& lut, const uint8_t* w, int64_t rb, int64_t nb, const int8_t* act, const float* d,
                    const float* corr, __m512* v) {
   __m512 acc[R], cacc[R];
   for (int r = 0; r < R; ++r) acc[r] = cacc[r] = _mm512_setzero_ps();
+  const int64_t group = R * rb, ahead = group * ((kPrefetchBytes + group - 1) / group);
   int64_t b0 = 0;
   for (; b0 + kSlab <= nb; b0 += kSlab, act += kSlabAct, w += kSlab * int64_t(sizeof(block_ptq1_0))) {
     __m512i s[R][C];
@@ -287,7 +294,7 @@ void dot_rows_ptq1(const Lut& lut, const uint8_t* w, int64_t rb, int64_t nb, con
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const __m512i b = _mm512_loadu_si512(w + r * rb + 64 * k);
-        _mm_prefetch(reinterpret_cast<const char*>(w + (r + R) * rb + 64 * k), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + ahead + r * rb + 64 * k), _MM_HINT_T0);
         __m512i c[5];
         if (k < kQsWords) lut.digits<5>(b, c);
         else lut.digits<4>(b, c);
