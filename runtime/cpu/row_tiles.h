@@ -3,6 +3,8 @@
 // lambdas (types local to that file), so every copy is compiled for its file's instruction set
 // and none can stand in for another at link time.
 #pragma once
+#include <omp.h>
+
 #include <cstdint>
 
 #include "runtime/cpu/parallel.h"
@@ -16,17 +18,18 @@ constexpr int kTokens = 4;
 
 constexpr int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// The rows are cut into tiles of contiguous weights, which the threads take in runs that shrink
-// as the work runs out (a guided schedule): the first runs are long contiguous streams, as a
-// static split into one run per thread gives, and the last ones are single tiles, so a thread
-// that finishes early takes over the rest instead of spinning at the end of the matmul (8-11% of
-// a decode step's samples with the static split on the 2-core machine, where a shared host slows
-// the two cores unevenly; one tile at a time from the start, a dynamic schedule, cost 13-23% of
-// tg: the hardware prefetcher restarts at every short tile). With several tokens a tile is
-// ~kTileBytes of weights, and it meets the tokens kTokens at a time, so weights come from memory
-// once and every unpacked block serves kTokens tokens; with one token the tiles are 8 times
-// smaller. fn(row, row count <= Step, first token, count <= kTokens) does the dots of Step rows
-// at a time (fewer at the end of a tile).
+// The rows are cut into tiles of contiguous weights, which the threads take by range stealing
+// (TileShares): each streams its own contiguous share, so the first runs are as long as a static
+// split's, and one that runs out takes the back half of what another has left, so a thread that
+// finishes early takes over the rest instead of waiting at the end of the matmul (8-11% of a
+// decode step's samples with the static split on the 2-core machine, where a shared host slows the
+// two cores unevenly; one tile at a time from the start, a dynamic schedule, cost 13-23% of tg: the
+// hardware prefetcher restarts at every short tile; libgomp's guided schedule gives the first
+// thread half of the tiles at once, so it balanced only the second half). With several tokens a
+// tile is ~kTileBytes of weights, and it meets the tokens kTokens at a time, so weights come from
+// memory once and every unpacked block serves kTokens tokens; with one token the tiles are 8 times
+// smaller. fn(row, row count <= Step, first token, count <= kTokens) does the dots of Step rows at
+// a time (fewer at the end of a tile).
 template <int Step, class Fn>
 void for_rows(int64_t rows, int64_t n_tokens, int64_t row_bytes, int64_t cols, const Fn& fn) {
   const int64_t tile_bytes = n_tokens > kTokens ? kTileBytes : kTileBytes / 8;
@@ -39,8 +42,10 @@ void for_rows(int64_t rows, int64_t n_tokens, int64_t row_bytes, int64_t cols, c
       for (int64_t r = rt; r < re; r += Step) fn(r, int(min64(Step, re - r)), t0, int(min64(kTokens, n_tokens - t0)));
   };
   if (rows * cols * n_tokens >= kParallelWork) {
-#pragma omp parallel for schedule(guided)
-    for (int64_t i = 0; i < tiles; ++i) run(i);
+    TileShares& shares = TileShares::of_this_thread();
+    shares.reset(tiles, omp_get_max_threads());
+#pragma omp parallel
+    for (int64_t i; (i = shares.next(omp_get_thread_num())) >= 0;) run(i);
   } else {
     for (int64_t i = 0; i < tiles; ++i) run(i);
   }
