@@ -10,7 +10,7 @@
 // The weights are read from a copy made once per weight (pack_ptq1): each 16 blocks of a row are
 // one "slab" of seven registers with one block per 32-bit lane, so every digit register of a slab
 // adds into the same lanes and needs one int->float step per 16 blocks, and the digit bytes are
-// recoded so that a byte's five digits take four permutes instead of four and two blends. The
+// recoded so that a byte's five digits take two permutes and a few integer ops (Recoding). The
 // activations are quantized in element order (act_quant.h, one scale per block) and laid out in
 // the slab's register order once per call. A lone token's rows go four at a time, so that each
 // activation register serves four rows, and ask for their weights ahead of the hardware prefetcher.
@@ -75,14 +75,13 @@ constexpr int digit(int b, int n) {
   return (((b * p) & 255) * 3) >> 8;
 }
 
-// The copy stores each five-digit byte recoded, so that a 128-entry table lookup (one vpermt2b on
-// the low 7 bits) finishes its decode. A byte's digits are a pattern (r, d4): r = d0 + 3 d1 + 9 d2
-// + 27 d3 in [0, 81), d4 in [0, 3). Codes 0..80 are (r, 0); codes 81 + i, i < 162, are
-// (i / 2, 1 + i % 2). So codes below 128 hold every r and every d4, and a code c >= 128 decodes in
-// two lookups: first c -> a code below 128 with the same r (table 0) or the same d4 (table 1), a
-// byte permute merged with c itself where c < 128, then the 128-entry table of that digit group.
-// Two permutes per digit group, where the stored byte took two permutes and a blend on its top
-// bit. Table 0 packs digits 0..3 two bits each; one gf2p8affine moves digit n to bits 0..1.
+// The copy stores each five-digit byte recoded, so that one 128-entry table lookup (a vpermt2b
+// on the low 7 bits) finishes the decode of digits 0..3 and digit 4 takes three cheap integer
+// ops. A byte's digits are a pattern (r, d4): r = d0 + 3 d1 + 9 d2 + 27 d3 in [0, 81), d4 in
+// [0, 3). Codes 0..80 are (r, 0); codes 81 + i, i < 162, are (i / 2, 1 + i % 2), so d4 is 0 below
+// 81 and 2 - (c & 1) from 81 on (81 is odd). Codes below 128 hold every r, so a code c >= 128
+// first goes through a byte permute to the code r, merged with c itself where c < 128, then the
+// table packs digits 0..3 two bits each; one gf2p8affine moves digit n to bits 0..1.
 struct Pattern {
   int r, d4;
 };
@@ -95,63 +94,56 @@ constexpr int code_of(int b) {
   const int r = digit(b, 0) + 3 * digit(b, 1) + 9 * digit(b, 2) + 27 * digit(b, 3), d4 = digit(b, 4);
   return d4 == 0 ? r : 81 + 2 * r + (d4 - 1);
 }
+// Digit 4 of code c, as Lut::digits computes it.
+constexpr int d4_of_code(int c) { return c < 81 ? 0 : 2 - (c & 1); }
 
 struct Recoding {
   alignas(64) uint8_t to_code[256];  // stored byte -> code
-  // per table g (0: digits 0..3, two bits each, digit n at bit 2n; 1: digit 4): entries 0..127
-  // decode a code below 128, entries 128..255 map a code >= 128 to one below 128
-  alignas(64) uint8_t t[2][256];
+  // entries 0..127: digits 0..3 of that code, two bits each (digit n at bit 2n); entries
+  // 128..255: a code >= 128 -> the code below 81 with its r
+  alignas(64) uint8_t t[256];
 };
 constexpr Recoding make_recoding() {
   Recoding rc{};
   for (int b = 0; b < 256; ++b) rc.to_code[b] = uint8_t(code_of(b));
-  for (int c = 0; c < 128; ++c) {
-    const Pattern p = pattern_of_code(c);
-    for (int n = 0, r = p.r; n < 4; ++n, r /= 3) rc.t[0][c] |= uint8_t((r % 3) << (2 * n));
-    rc.t[1][c] = uint8_t(p.d4);
-  }
-  for (int c = 128; c < 243; ++c) {
-    const Pattern p = pattern_of_code(c);
-    rc.t[0][c] = uint8_t(p.r);           // code (r, 0)
-    rc.t[1][c] = uint8_t(81 + p.d4 - 1); // code (0, d4)
-  }
+  for (int c = 0; c < 128; ++c)
+    for (int n = 0, r = pattern_of_code(c).r; n < 4; ++n, r /= 3) rc.t[c] |= uint8_t((r % 3) << (2 * n));
+  for (int c = 128; c < 243; ++c) rc.t[c] = uint8_t(pattern_of_code(c).r);
   return rc;
 }
 constexpr Recoding kRecoding = make_recoding();
 static_assert([] {
   for (int b = 0; b < 256; ++b) {
     const int c = kRecoding.to_code[b];
-    const int c0 = c < 128 ? c : kRecoding.t[0][c], c1 = c < 128 ? c : kRecoding.t[1][c];
+    const int c0 = c < 128 ? c : kRecoding.t[c];
+    if (c0 >= 128 || d4_of_code(c) != digit(b, 4)) return false;
     for (int n = 0; n < 4; ++n)
-      if (((kRecoding.t[0][c0] >> (2 * n)) & 3) != digit(b, n)) return false;
-    if (c0 >= 128 || c1 >= 128 || kRecoding.t[1][c1] != digit(b, 4)) return false;
+      if (((kRecoding.t[c0] >> (2 * n)) & 3) != digit(b, n)) return false;
   }
   return true;
 }(), "every stored byte's recoded digits are its own");
 
 struct Lut {
-  __m512i t[2][4];  // table g, entries 64q .. 64q + 63
-  __m512i pick[3];  // gf2p8affine matrices: digit n + 1 of table 0's byte -> bits 0..1
+  __m512i t[4];     // the table's entries 64q .. 64q + 63
+  __m512i pick[3];  // gf2p8affine matrices: digit n + 1 of the table's byte -> bits 0..1
   Lut() {
-    for (int g = 0; g < 2; ++g)
-      for (int q = 0; q < 4; ++q) t[g][q] = _mm512_load_si512(kRecoding.t[g] + 64 * q);
+    for (int q = 0; q < 4; ++q) t[q] = _mm512_load_si512(kRecoding.t + 64 * q);
     // the matrix's byte 7 - i selects the input bits that make output bit i
     for (int n = 1; n < 4; ++n)
       pick[n - 1] = _mm512_set1_epi64(int64_t((uint64_t(1) << (2 * n)) << 56 | (uint64_t(1) << (2 * n + 1)) << 48));
   }
-  // Table g's digits of the 64 codes c; hi: the codes >= 128.
-  __m512i lookup(int g, __m512i c, __mmask64 hi) const {
-    const __m512i low = _mm512_mask2_permutex2var_epi8(t[g][2], c, hi, t[g][3]);
-    return _mm512_permutex2var_epi8(t[g][0], low, t[g][1]);
-  }
   // The first N (4 or 5) digits of the 64 codes c.
   template <int N>
   void digits(__m512i c, __m512i* d) const {
-    const __mmask64 hi = _mm512_movepi8_mask(c);
-    const __m512i d03 = lookup(0, c, hi);
+    const __mmask64 hi = _mm512_movepi8_mask(c);  // the codes >= 128
+    const __m512i low = _mm512_mask2_permutex2var_epi8(t[2], c, hi, t[3]);
+    const __m512i d03 = _mm512_permutex2var_epi8(t[0], low, t[1]);
     d[0] = _mm512_and_si512(d03, _mm512_set1_epi8(3));
     for (int n = 1; n < 4; ++n) d[n] = _mm512_gf2p8affine_epi64_epi8(d03, pick[n - 1], 0);
-    if constexpr (N == 5) d[4] = lookup(1, c, hi);
+    if constexpr (N == 5) {  // d4_of_code
+      const __mmask64 big = _mm512_cmpge_epu8_mask(c, _mm512_set1_epi8(81));
+      d[4] = _mm512_maskz_sub_epi8(big, _mm512_set1_epi8(2), _mm512_and_si512(c, _mm512_set1_epi8(1)));
+    }
   }
 };
 
