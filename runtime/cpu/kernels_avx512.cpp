@@ -258,7 +258,8 @@ void dot_ptq1(const Lut& lut, const uint8_t* w, int64_t nb, const int8_t* act, i
 // How far ahead dot_rows_ptq1 asks for weights: at least this many bytes, in whole groups of R
 // rows. It must cover the memory's latency at the rate one core eats weights (~100 ns at ~30
 // GB/s): the next group alone is 1.75 KB ahead for the 2048-wide products, which then streamed
-// 26 GB/s against 31 from 5.25 KB (docs/benchmarks.md, "Prefetch distance and range stealing").
+// 26 GB/s against 31 from 5.25 KB (docs/benchmarks.md, "Bandwidth probed around each
+// repetition; prefetch distance, range stealing").
 constexpr int64_t kPrefetchBytes = 4096;
 
 // R rows of PTQ1_0 (pack_ptq1's slabs, nb blocks, rows rb bytes apart) against one token, as
