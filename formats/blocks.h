@@ -74,7 +74,7 @@ static_assert(sizeof(block_ptq1_0) == 28, "PTQ1_0 block is 28 bytes");
 // floor(3x/256) - 3*floor(x/256); both floors are taken for two bytes at once in 16-bit lanes
 // (b*3^5 < 2^16, so no lane overflows) and the difference is exact on the whole word because
 // every byte of it is 0..2.
-BONSAI_HD inline uint32_t trit_floor4(uint32_t q, uint32_t p) {  // bytes floor(b*p/256), p <= 243
+BONSAI_HD constexpr uint32_t trit_floor4(uint32_t q, uint32_t p) {  // bytes floor(b*p/256), p <= 243
   const uint32_t e = (q & 0x00ff00ffu) * p, o = ((q >> 8) & 0x00ff00ffu) * p;
 #if defined(__CUDA_ARCH__)
   return __byte_perm(e, o, 0x7351);
@@ -82,7 +82,7 @@ BONSAI_HD inline uint32_t trit_floor4(uint32_t q, uint32_t p) {  // bytes floor(
   return ((e >> 8) & 0x00ff00ffu) | (o & 0xff00ff00u);
 #endif
 }
-BONSAI_HD inline uint32_t trit_digits4(uint32_t q, int n) {
+BONSAI_HD constexpr uint32_t trit_digits4(uint32_t q, int n) {
   constexpr uint32_t pow3[6] = {1, 3, 9, 27, 81, 243};
   return trit_floor4(q, pow3[n + 1]) - 3 * trit_floor4(q, pow3[n]);
 }
@@ -91,7 +91,7 @@ BONSAI_HD inline uint32_t trit_digits4(uint32_t q, int n) {
 // whole stages of each width as fit, widest first), then qh with four trits a byte.
 // f(element index, pointer to the byte, digit n) is called for every element.
 template <int QS, int QH, typename F>
-BONSAI_HD inline void for_each_trit(F&& f) {
+BONSAI_HD constexpr void for_each_trit(F&& f) {
   int e = 0, off = 0;
   for (int w = 32; w >= 8; w /= 2) {
     while (QS - off >= w) {

@@ -60,20 +60,24 @@ static_assert(sizeof(block_ptq1_0) == 28 && QK_PTQ1_0 == 128, "the slab layout f
 // The digit register (word k, digit n) is activation register act_reg(k, n).
 constexpr int act_reg(int k, int n) { return k < kQsWords ? 5 * k + n : 5 * kQsWords + n; }
 
-// The element of a block that byte j of word k carries as digit n, or -1 (the scale's bytes).
-constexpr int slab_elem(int k, int n, int j) {
-  if (k < 4) return 4 * k + j + 16 * n;
-  if (k < kQsWords) return 80 + 4 * (k - 4) + j + 8 * n;
-  return j < 2 ? 120 + j + 2 * n : -1;
+// The element of a block that byte j of word k carries as digit n, or -1 (the scale's bytes, and
+// qh's fifth digit): formats' placement (for_each_trit) over the block's 28 bytes.
+struct Placement {
+  int8_t elem[sizeof(block_ptq1_0)][5];
+};
+constexpr Placement make_placement() {
+  Placement p{};
+  for (auto& byte : p.elem)
+    for (int8_t& e : byte) e = -1;
+  for_each_trit<int(sizeof(block_ptq1_0::qs)), int(sizeof(block_ptq1_0::qh))>([&](int e, int byte, int n) { p.elem[byte][n] = int8_t(e); });
+  return p;
 }
+constexpr Placement kPlacement = make_placement();
+constexpr int slab_elem(int k, int n, int j) { return kPlacement.elem[4 * k + j][n]; }
 
-// Digit n of byte b (spec §1.5): ((b * 3^n) mod 256) * 3 >> 8, for all 256 bytes (the encoder
-// writes b < 243; the others decode by the same formula, as to_float does).
-constexpr int digit(int b, int n) {
-  int p = 1;
-  for (int i = 0; i < n; ++i) p *= 3;
-  return (((b * p) & 255) * 3) >> 8;
-}
+// Digit n of byte b (spec §1.5), for all 256 bytes (the encoder writes b < 243; the others decode
+// by the same formula, as to_float does).
+constexpr int digit(int b, int n) { return int(trit_digits4(uint32_t(b), n)); }
 
 // The copy stores each five-digit byte recoded, so that one 128-entry table lookup (a vpermt2b
 // on the low 7 bits) finishes the decode of digits 0..3 and digit 4 takes three cheap integer
