@@ -201,123 +201,120 @@ __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
 }
 float reduce1(__m512 v) { return _mm_cvtss_f32(reduce4(v, v, v, v)); }
 
-// One slab of m blocks (m = 16 when Full) of a PTQ1_0 row against T tokens (slab-ordered
-// activations act + t * stride; that slab's per-block scales d[t] and corrections corr[t], as
-// act_quant.h): adds to acc[t] the 16 lanes of its dot products times their scales and to cacc[t]
-// their corrections. The digit registers sum in int32 chains, then turn float once with the 16
-// scales dw_i * d_i.
+// How far ahead a lone token's rows, four at a time, ask for their weights: at least this many
+// bytes, in whole groups of R rows. It must cover the memory's latency at the rate one core eats
+// weights (~100 ns at ~30 GB/s): the next group alone is 1.75 KB ahead for the 2048-wide
+// products, which then streamed 26 GB/s against 31 from 5.25 KB (docs/benchmarks.md, "Bandwidth
+// probed around each repetition; prefetch distance, range stealing"). The hardware prefetcher
+// alone leaves this compute-heavy loop waiting on memory; past a run's last row the prefetches
+// read a few KB in vain, and cannot fault.
+constexpr int64_t kPrefetchBytes = 4096;
+// Whether R rows against T tokens prefetch, decided at compile time: a lone row comes only at the
+// end of a tile, several tokens' rows meet each weight line four times, and a run-time test on
+// the distance made a lone row a third slower (scratch harness, from L1).
+template <int R, int T>
+constexpr bool kAhead = T == 1 && R > 1;
+
+// One slab of m blocks (m = 16 when Full) of R PTQ1_0 rows (rb bytes apart) against T tokens
+// (slab-ordered activations act + t * stride; that slab's per-block scales d[t] and corrections
+// corr[t], as act_quant.h): adds to acc[r][t] the 16 lanes of their dot products times their
+// scales and to cacc[r][t] their corrections. Word by word: each weight register is decoded once
+// for the T tokens and each activation register is loaded once for the R rows. The digit
+// registers sum in C int32 chains per row and token (the sums are integers, so neither C nor R
+// changes a bit of the result), which turn float once with the 16 scales dw_i * d_i. Where
+// kAhead, each weight line asks for the line `ahead` bytes further on.
 // A masked load only for a last, partial slab: on Zen 5 a stream of masked loads from memory ran
 // at a third of the speed of plain ones.
-template <int T, bool Full>
-void slab_dot(const Lut& lut, const uint8_t* w, int m, const int8_t* act, int64_t stride, const float* const* d,
-              const float* const* corr, int64_t b0, __m512* acc, __m512* cacc) {
+template <int R, int T, int C, bool Full>
+void slab_dot(const Lut& lut, const uint8_t* w, int64_t rb, int m, const int8_t* act, int64_t stride,
+              const float* const* d, const float* const* corr, int64_t b0, int64_t ahead, __m512 (&acc)[R][T],
+              __m512 (&cacc)[R][T]) {
   const __mmask16 lanes = __mmask16((1u << m) - 1);
-  // Int32 chains per token: one per word for a lone token (vpdpbusd's latency would make a single
-  // chain of 34 the limit), two per token for several (their chains already overlap, and seven
-  // per token would not fit in the registers). Integer sums: the grouping changes no bit.
-  constexpr int C = T == 1 ? kWords : 2;
-  __m512i s[T][C];
-  __m512 dw;
+  __m512i s[R][T][C];
 #pragma GCC unroll 7
   for (int k = 0; k < kWords; ++k) {
-    const __m512i b = Full ? _mm512_loadu_si512(w + 64 * k) : _mm512_maskz_loadu_epi32(lanes, w + 4 * m * k);
-    __m512i c[5];
-    if (k < kQsWords) lut.digits<5>(b, c);
-    else lut.digits<4>(b, c);
+    // Activation register (t, n): loaded once here for several rows; for one row, at its use (a
+    // load folded into vpdpbusd: several tokens' 20 registers would not fit beside the chains).
+    auto load_act = [&](int t, int n) { return _mm512_load_si512(act + t * stride + 64 * act_reg(k, n)); };
+    __m512i a[T][5];
+    if constexpr (R > 1)
 #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-      const int8_t* a = act + t * stride;
-      __m512i& acc_k = s[t][k % C];
-      acc_k = _mm512_dpbusd_epi32(k < C ? _mm512_setzero_si512() : acc_k, c[0], _mm512_load_si512(a + 64 * act_reg(k, 0)));
-#pragma GCC unroll 4
-      for (int n = 1; n < 5; ++n)
-        if (n < 4 || k < kQsWords) acc_k = _mm512_dpbusd_epi32(acc_k, c[n], _mm512_load_si512(a + 64 * act_reg(k, n)));
-    }
-    if (k == kQsWords) dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16)));  // d: word 6's top half
-  }
-  for (int t = 0; t < T; ++t) {
-    __m512i sum = s[t][0];
-    for (int j = 1; j < C; ++j) sum = _mm512_add_epi32(sum, s[t][j]);
-    const __m512 da = Full ? _mm512_loadu_ps(d[t] + b0) : _mm512_maskz_loadu_ps(lanes, d[t] + b0);
-    const __m512 cr = Full ? _mm512_loadu_ps(corr[t] + b0) : _mm512_maskz_loadu_ps(lanes, corr[t] + b0);
-    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, da), acc[t]);
-    cacc[t] = _mm512_fmadd_ps(dw, cr, cacc[t]);
-  }
-}
-
-// One PTQ1_0 row (pack_ptq1's slabs, nb blocks) against T tokens, as slab_dot: v[t] gets 16 lanes
-// whose sum is the dot product.
-template <int T>
-void dot_ptq1(const Lut& lut, const uint8_t* w, int64_t nb, const int8_t* act, int64_t stride, const float* const* d,
-              const float* const* corr, __m512* v) {
-  __m512 acc[T], cacc[T];
-  for (int t = 0; t < T; ++t) acc[t] = cacc[t] = _mm512_setzero_ps();
-  int64_t b0 = 0;
-  for (; b0 + kSlab <= nb; b0 += kSlab, act += kSlabAct, w += kSlab * int64_t(sizeof(block_ptq1_0)))
-    slab_dot<T, true>(lut, w, kSlab, act, stride, d, corr, b0, acc, cacc);
-  if (b0 < nb) slab_dot<T, false>(lut, w, int(nb - b0), act, stride, d, corr, b0, acc, cacc);
-  for (int t = 0; t < T; ++t) v[t] = _mm512_sub_ps(acc[t], cacc[t]);
-}
-
-// How far ahead dot_rows_ptq1 asks for weights: at least this many bytes, in whole groups of R
-// rows. It must cover the memory's latency at the rate one core eats weights (~100 ns at ~30
-// GB/s): the next group alone is 1.75 KB ahead for the 2048-wide products, which then streamed
-// 26 GB/s against 31 from 5.25 KB (docs/benchmarks.md, "Bandwidth probed around each
-// repetition; prefetch distance, range stealing").
-constexpr int64_t kPrefetchBytes = 4096;
-
-// R rows of PTQ1_0 (pack_ptq1's slabs, nb blocks, rows rb bytes apart) against one token, as
-// slab_dot<1> row by row with C int32 chains per row (the same integer sums and float steps, so
-// the same bits whatever R and C) but word by word across the rows: each activation register is
-// loaded once for all R rows, and each weight line asks for the same line of a later group of R
-// rows, kPrefetchBytes or more ahead (the hardware prefetcher alone leaves this compute-heavy loop
-// waiting on memory; past a run's last row the prefetches read a few KB in vain, and cannot fault).
-// Four rows with one chain each: see docs/benchmarks.md, "PTQ1_0 rows four at a time".
-template <int R, int C>
-void dot_rows_ptq1(const Lut& lut, const uint8_t* w, int64_t rb, int64_t nb, const int8_t* act, const float* d,
-                   const float* corr, __m512* v) {
-  __m512 acc[R], cacc[R];
-  for (int r = 0; r < R; ++r) acc[r] = cacc[r] = _mm512_setzero_ps();
-  const int64_t group = R * rb, ahead = group * ((kPrefetchBytes + group - 1) / group);
-  int64_t b0 = 0;
-  for (; b0 + kSlab <= nb; b0 += kSlab, act += kSlabAct, w += kSlab * int64_t(sizeof(block_ptq1_0))) {
-    __m512i s[R][C];
-#pragma GCC unroll 7
-    for (int k = 0; k < kWords; ++k) {
-      __m512i a[5];
+      for (int t = 0; t < T; ++t)
 #pragma GCC unroll 5
-      for (int n = 0; n < 5; ++n)
-        if (n < 4 || k < kQsWords) a[n] = _mm512_load_si512(act + 64 * act_reg(k, n));
+        for (int n = 0; n < 5; ++n)
+          if (n < 4 || k < kQsWords) a[t][n] = load_act(t, n);
+    auto act_at = [&](int t, int n) {
+      if constexpr (R > 1) return a[t][n];
+      else return load_act(t, n);
+    };
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const __m512i b = _mm512_loadu_si512(w + r * rb + 64 * k);
-        _mm_prefetch(reinterpret_cast<const char*>(w + ahead + r * rb + 64 * k), _MM_HINT_T0);
-        __m512i c[5];
-        if (k < kQsWords) lut.digits<5>(b, c);
-        else lut.digits<4>(b, c);
-        __m512i& chain = s[r][k % C];
-        chain = _mm512_dpbusd_epi32(k < C ? _mm512_setzero_si512() : chain, c[0], a[0]);
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* wr = w + r * rb;
+      const __m512i b = Full ? _mm512_loadu_si512(wr + 64 * k) : _mm512_maskz_loadu_epi32(lanes, wr + 4 * m * k);
+      if constexpr (Full && kAhead<R, T>) _mm_prefetch(reinterpret_cast<const char*>(wr + ahead + 64 * k), _MM_HINT_T0);
+      __m512i c[5];
+      if (k < kQsWords) lut.digits<5>(b, c);
+      else lut.digits<4>(b, c);
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        __m512i& chain = s[r][t][k % C];
+        chain = _mm512_dpbusd_epi32(k < C ? _mm512_setzero_si512() : chain, c[0], act_at(t, 0));
 #pragma GCC unroll 4
         for (int n = 1; n < 5; ++n)
-          if (n < 4 || k < kQsWords) chain = _mm512_dpbusd_epi32(chain, c[n], a[n]);
-        if (k == kQsWords) {
-          __m512i sum = s[r][0];
-          for (int j = 1; j < C; ++j) sum = _mm512_add_epi32(sum, s[r][j]);
-          const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16)));
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_loadu_ps(d + b0)), acc[r]);
-          cacc[r] = _mm512_fmadd_ps(dw, _mm512_loadu_ps(corr + b0), cacc[r]);
-        }
+          if (n < 4 || k < kQsWords) chain = _mm512_dpbusd_epi32(chain, c[n], act_at(t, n));
+      }
+      if (k < kQsWords) continue;
+      // the row's last word: its chains turn float with the scales (d: word 6's top half)
+      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16)));
+      for (int t = 0; t < T; ++t) {
+        __m512i sum = s[r][t][0];
+        for (int j = 1; j < C; ++j) sum = _mm512_add_epi32(sum, s[r][t][j]);
+        const __m512 da = Full ? _mm512_loadu_ps(d[t] + b0) : _mm512_maskz_loadu_ps(lanes, d[t] + b0);
+        const __m512 cr = Full ? _mm512_loadu_ps(corr[t] + b0) : _mm512_maskz_loadu_ps(lanes, corr[t] + b0);
+        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, da), acc[r][t]);
+        cacc[r][t] = _mm512_fmadd_ps(dw, cr, cacc[r][t]);
       }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    if (b0 < nb) slab_dot<1, false>(lut, w + r * rb, int(nb - b0), act, 0, &d, &corr, b0, &acc[r], &cacc[r]);
-    v[r] = _mm512_sub_ps(acc[r], cacc[r]);
+}
+
+// R PTQ1_0 rows (pack_ptq1's slabs, nb blocks, rb bytes apart) against T tokens, slab by slab
+// (slab_dot): v[r][t] gets 16 lanes whose sum is the dot product. A lone token's rows go four at
+// a time with one chain each, so that each activation register serves four rows (docs/benchmarks.md,
+// "PTQ1_0 rows four at a time"), and ask for their weights ahead; a row alone takes one chain per
+// word (vpdpbusd's latency would make a single chain of 34 the limit); several tokens take two
+// per token (their chains already overlap, and seven per token would not fit in the registers).
+template <int R, int T>
+void dot_ptq1(const Lut& lut, const uint8_t* w, int64_t rb, int64_t nb, const int8_t* act, int64_t stride,
+              const float* const* d, const float* const* corr, __m512 (&v)[R][T]) {
+  constexpr int C = T > 1 ? 2 : R > 1 ? 1 : kWords;
+  const int64_t group = R * rb, ahead = kAhead<R, T> ? group * ((kPrefetchBytes + group - 1) / group) : 0;
+  __m512 acc[R][T], cacc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = cacc[r][t] = _mm512_setzero_ps();
+  int64_t b0 = 0;
+  for (; b0 + kSlab <= nb; b0 += kSlab, act += kSlabAct, w += kSlab * int64_t(sizeof(block_ptq1_0)))
+    slab_dot<R, T, C, true>(lut, w, rb, kSlab, act, stride, d, corr, b0, ahead, acc, cacc);
+  if (b0 < nb) slab_dot<R, T, C, false>(lut, w, rb, int(nb - b0), act, stride, d, corr, b0, 0, acc, cacc);
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) v[r][t] = _mm512_sub_ps(acc[r][t], cacc[r][t]);
+}
+
+// nr PTQ1_0 rows (rb bytes apart) against T tokens, R rows at a time (nr a multiple of R):
+// v[row][t] as dot_ptq1.
+template <int R, int T>
+void dot_rows_ptq1(const Lut& lut, const uint8_t* w, int64_t rb, int64_t nb, int nr, const int8_t* act,
+                   int64_t stride, const float* const* d, const float* const* corr, __m512 (*v)[kTokens]) {
+  for (int k = 0; k < nr; k += R) {
+    __m512 vk[R][T];
+    dot_ptq1<R, T>(lut, w + k * rb, rb, nb, act, stride, d, corr, vk);
+    for (int i = 0; i < R; ++i)
+      for (int t = 0; t < T; ++t) v[k + i][t] = vk[i][t];
   }
 }
 
 // Rows per call of the for_rows lambda: four single-token rows share their activation loads
-// (dot_rows_ptq1) and one reduction of their lanes.
+// (dot_ptq1<4, 1>) and one reduction of their lanes.
 constexpr int kRowsPtq1 = 4;
 
 // Rows of the parts laid end to end: fn(part, its first row, row count) for the ones among
@@ -357,22 +354,15 @@ void run_ptq1(const Part* parts, int count, int64_t cols, const avx2::ActView& a
     }
     in_parts(parts, count, r0, n0, [&](const Part& part, int64_t r, int nr) {
       __m512 v[kRowsPtq1][kTokens];
-      if (nt == 1) {
-        __m512 v1[kRowsPtq1];
-        if (nr == kRowsPtq1) dot_rows_ptq1<kRowsPtq1, 1>(lut, part.w + r * rb, rb, nb, act, d[0], corr[0], v1);
-        else
-          for (int k = 0; k < nr; ++k)
-            dot_rows_ptq1<1, kWords>(lut, part.w + (r + k) * rb, rb, nb, act, d[0], corr[0], v1 + k);
-        for (int k = 0; k < nr; ++k) v[k][0] = v1[k];
-      }
-      for (int k = 0; k < nr && nt > 1; ++k) {
-        const uint8_t* row = part.w + (r + k) * rb;
+      const uint8_t* w = part.w + r * rb;
+      if (nt == 1 && nr == kRowsPtq1) dot_rows_ptq1<kRowsPtq1, 1>(lut, w, rb, nb, nr, act, stride, d, corr, v);
+      else
         switch (nt) {
-          case 2: dot_ptq1<2>(lut, row, nb, act, stride, d, corr, v[k]); break;
-          case 3: dot_ptq1<3>(lut, row, nb, act, stride, d, corr, v[k]); break;
-          default: dot_ptq1<4>(lut, row, nb, act, stride, d, corr, v[k]); break;
+          case 1: dot_rows_ptq1<1, 1>(lut, w, rb, nb, nr, act, stride, d, corr, v); break;
+          case 2: dot_rows_ptq1<1, 2>(lut, w, rb, nb, nr, act, stride, d, corr, v); break;
+          case 3: dot_rows_ptq1<1, 3>(lut, w, rb, nb, nr, act, stride, d, corr, v); break;
+          default: dot_rows_ptq1<1, 4>(lut, w, rb, nb, nr, act, stride, d, corr, v); break;
         }
-      }
       float* y = part.y;
       if (nr == kRowsPtq1 && nt == 1) {
         alignas(16) float o[kRowsPtq1];
