@@ -69,7 +69,8 @@ constexpr Placement make_placement() {
   Placement p{};
   for (auto& byte : p.elem)
     for (int8_t& e : byte) e = -1;
-  for_each_trit<int(sizeof(block_ptq1_0::qs)), int(sizeof(block_ptq1_0::qh))>([&](int e, int byte, int n) { p.elem[byte][n] = int8_t(e); });
+  constexpr int qs = int(sizeof(block_ptq1_0::qs)), qh = int(sizeof(block_ptq1_0::qh));
+  for_each_trit<qs, qh>([&](int e, int byte, int n) { p.elem[byte][n] = int8_t(e); });
   return p;
 }
 constexpr Placement kPlacement = make_placement();
@@ -211,7 +212,7 @@ float reduce1(__m512 v) { return _mm_cvtss_f32(reduce4(v, v, v, v)); }
 constexpr int64_t kPrefetchBytes = 4096;
 // Whether R rows against T tokens prefetch, decided at compile time: a lone row comes only at the
 // end of a tile, several tokens' rows meet each weight line four times, and a run-time test on
-// the distance made a lone row a third slower (scratch harness, from L1).
+// the distance made a lone row take 40% longer (scratch harness, from L1).
 template <int R, int T>
 constexpr bool kAhead = T == 1 && R > 1;
 
