@@ -117,9 +117,13 @@ class CpuBackend final : public Backend {
     if (inverse) hadamard_inverse(spec, x, n, k);
     else hadamard_forward(spec, x, n, k);
   }
-  double measure_bandwidth_gbs() override { return cpu::measure_read_bandwidth_gbs(); }
+  double measure_bandwidth_gbs() override {
+    if (!probe_) probe_ = std::make_unique<cpu::ReadProbe>();  // kept for the next probes (bandwidth.h)
+    return probe_->measure_gbs();
+  }
 
  private:
+  std::unique_ptr<cpu::ReadProbe> probe_;
   // Bytes derived from a weight (or residual), keyed by its uid and address, made on first use.
   using Cache = std::map<std::pair<uint64_t, const uint8_t*>, std::vector<uint8_t>>;
   template <class Make>

@@ -48,7 +48,8 @@ BenchResult bench(const Model& m, Backend& be, const BenchOptions& o, const std:
   std::vector<float> logits(static_cast<size_t>(n_vocab));
   using clock = std::chrono::steady_clock;
   r.bytes_per_token = weight_bytes_per_token(m);
-  // One warm-up of each (page faults of the memory map, thread start-up), then the timed reps.
+  // One warm-up rep (page faults of the memory map and of the probe's buffer, thread start-up),
+  // then the timed reps. Every rep, the warm-up too, probes the bandwidth around its generation.
   for (int rep = -1; rep < o.reps; ++rep) {
     BenchRep one;
     s.reset();
@@ -56,7 +57,7 @@ BenchResult bench(const Model& m, Backend& be, const BenchOptions& o, const std:
     s.eval(prompt.data(), o.n_prompt, o.n_prompt - 1, logits.data());
     one.pp_tps = double(o.n_prompt) / std::chrono::duration<double>(clock::now() - t0).count();
     s.reset();
-    if (rep >= 0) one.bandwidth_before_gbs = be.measure_bandwidth_gbs();
+    one.bandwidth_before_gbs = be.measure_bandwidth_gbs();
     int32_t tok = prompt[0];
     t0 = clock::now();
     for (int64_t i = 0; i < o.n_gen; ++i) {
@@ -64,8 +65,8 @@ BenchResult bench(const Model& m, Backend& be, const BenchOptions& o, const std:
       tok = int32_t((tok + 1) % n_vocab);
     }
     one.tg_tps = double(o.n_gen) / std::chrono::duration<double>(clock::now() - t0).count();
-    if (rep < 0) continue;
     one.bandwidth_after_gbs = be.measure_bandwidth_gbs();
+    if (rep < 0) continue;
     const double bw = (one.bandwidth_before_gbs + one.bandwidth_after_gbs) / 2;
     one.roofline_pct = 100.0 * one.tg_tps * double(r.bytes_per_token) / (bw * 1e9);
     r.reps.push_back(one);

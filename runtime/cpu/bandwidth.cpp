@@ -26,25 +26,27 @@ uint64_t read_sum(const uint64_t* p, int64_t n) {
   return total;
 }
 
+// Each thread's contiguous part of n words, the same for the first touch and for every pass, so
+// pages sit on the reader's NUMA node and no page fault lands inside a timed pass.
+void part_of(int64_t n, int64_t& i0, int64_t& i1) {
+  const int64_t id = omp_get_thread_num(), nth = omp_get_num_threads();
+  i0 = n * id / nth;
+  i1 = n * (id + 1) / nth;
+}
+
 }  // namespace
 
-double measure_read_bandwidth_gbs(size_t bytes, int runs) {
-  const int64_t n = int64_t(std::max<size_t>(bytes / sizeof(uint64_t), 1));
-  std::unique_ptr<uint64_t[]> buf(new uint64_t[size_t(n)]);
-  // Each thread's contiguous part, the same for the first touch and for every pass, so pages sit
-  // on the reader's NUMA node and no page fault lands inside a timed pass.
-  auto part = [n](int64_t& i0, int64_t& i1) {
-    const int64_t id = omp_get_thread_num(), nth = omp_get_num_threads();
-    i0 = n * id / nth;
-    i1 = n * (id + 1) / nth;
-  };
+ReadProbe::ReadProbe(size_t bytes)
+    : n_(int64_t(std::max<size_t>(bytes / sizeof(uint64_t), 1))), buf_(new uint64_t[size_t(n_)]) {
 #pragma omp parallel
   {
     int64_t i0, i1;
-    part(i0, i1);
-    for (int64_t i = i0; i < i1; ++i) buf[size_t(i)] = uint64_t(i);
+    part_of(n_, i0, i1);
+    for (int64_t i = i0; i < i1; ++i) buf_[size_t(i)] = uint64_t(i);
   }
+}
 
+double ReadProbe::measure_gbs(int runs) {
   double best = 0.0;
   uint64_t sink = 0;
   for (int r = 0; r < std::max(runs, 1); ++r) {
@@ -53,17 +55,19 @@ double measure_read_bandwidth_gbs(size_t bytes, int runs) {
 #pragma omp parallel reduction(+ : total)
     {
       int64_t i0, i1;
-      part(i0, i1);
-      total += read_sum(buf.get() + i0, i1 - i0);
+      part_of(n_, i0, i1);
+      total += read_sum(buf_.get() + i0, i1 - i0);
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     sink += total;
-    if (s > 0) best = std::max(best, double(n) * sizeof(uint64_t) / s / 1e9);
+    if (s > 0) best = std::max(best, double(n_) * sizeof(uint64_t) / s / 1e9);
   }
   // The sums must be used, or the passes could be optimized away.
   volatile uint64_t keep = sink;
   (void)keep;
   return best;
 }
+
+double measure_read_bandwidth_gbs(size_t bytes, int runs) { return ReadProbe(bytes).measure_gbs(runs); }
 
 }  // namespace bonsai::cpu

@@ -2,11 +2,28 @@
 // (token generation reads every weight once per token).
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 
 namespace bonsai::cpu {
 
-// Read bandwidth in GB/s (1e9 bytes/s): all OpenMP threads (omp_get_max_threads) sum a buffer of
-// `bytes` (far larger than the caches), each its own contiguous part; the best of `runs` passes.
+// A buffer of `bytes` (far larger than the caches) that all OpenMP threads (omp_get_max_threads)
+// sum, each its own contiguous part. It is allocated and first touched once: `bonsai bench`
+// probes before and after every repetition, and a 256 MB buffer allocated and freed at each probe
+// left the decode step right after it 100-180 ms late on the 2-core machine (the page faults and
+// the freeing of 65536 pages), which a kept buffer does not (docs/benchmarks.md).
+class ReadProbe {
+ public:
+  explicit ReadProbe(size_t bytes = size_t(256) << 20);
+  // Read bandwidth in GB/s (1e9 bytes/s): the best of `runs` passes.
+  double measure_gbs(int runs = 5);
+
+ private:
+  int64_t n_;
+  std::unique_ptr<uint64_t[]> buf_;
+};
+
+// A probe made for one measurement (allocated, measured, freed).
 double measure_read_bandwidth_gbs(size_t bytes = size_t(256) << 20, int runs = 5);
 
 }  // namespace bonsai::cpu

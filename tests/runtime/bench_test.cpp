@@ -1,6 +1,7 @@
 // bonsai bench's yardstick: each repetition's generation is judged against the bandwidth probed
-// just before and just after it, not against one probe taken at another moment. A backend that
-// computes on the CPU but reports scripted bandwidths shows which probe each figure used.
+// just before and just after it, not against one probe taken at another moment; the warm-up rep
+// probes too (untimed), so that the first timed rep runs after a probe like the others. A backend
+// that computes on the CPU but reports scripted bandwidths shows which probe each figure used.
 #include <gtest/gtest.h>
 
 #include "runtime/backend.h"
@@ -66,14 +67,14 @@ TEST(Bench, JudgesEachRepetitionAgainstTheBandwidthProbedAroundIt) {
   so.type = TypeId::Q8_0;
   synth_model(so, path);
   const auto m = load_model(path);
-  ScriptedBandwidth be({10, 30, 100, 60});
+  ScriptedBandwidth be({1, 2, 10, 30, 100, 60});  // the warm-up's two, then two per timed rep
   BenchOptions o;
   o.n_prompt = 4;
   o.n_gen = 4;
   o.reps = 2;
   const BenchResult r = bench(*m, be, o);
 
-  ASSERT_EQ(be.probes_taken(), 4) << "one probe before and one after each timed generation, none for the warm-up";
+  ASSERT_EQ(be.probes_taken(), 6) << "one probe before and one after each generation, the warm-up's too";
   ASSERT_EQ(r.reps.size(), 2u);
   const double bytes = double(r.bytes_per_token);
   EXPECT_EQ(r.reps[0].bandwidth_before_gbs, 10);
