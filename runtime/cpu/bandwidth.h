@@ -9,9 +9,9 @@ namespace bonsai::cpu {
 
 // A buffer of `bytes` (far larger than the caches) that all OpenMP threads (omp_get_max_threads)
 // sum, each its own contiguous part. It is allocated and first touched once: `bonsai bench`
-// probes before and after every repetition, and a 256 MB buffer allocated and freed at each probe
-// left the decode step right after it 100-180 ms late on the 2-core machine (the page faults and
-// the freeing of 65536 pages), which a kept buffer does not (docs/benchmarks.md).
+// probes before and after every repetition, and with a 256 MB buffer allocated, faulted in and
+// freed at each probe the decode step right after it ran 100-180 ms late on the 2-core machine;
+// with a kept buffer it does not (docs/benchmarks.md).
 class ReadProbe {
  public:
   explicit ReadProbe(size_t bytes = size_t(256) << 20);
