@@ -169,7 +169,8 @@ int main(int argc, char** argv) {
               "call-best: weight bytes / sum of each matrix's best call.\n\n");
   std::printf("%-7s %-12s %8s %7s %8s %6s %10s %6s %10s\n", "type", "cols x rows", "MB/copy", "bw", "GB/s", "% bw",
               "call-best", "% bw", "us/matmul");
-  auto bandwidth = [] { return cpu::measure_read_bandwidth_gbs(size_t(256) << 20, 3); };
+  cpu::ReadProbe probe;  // one buffer for every row's probe (bandwidth.h)
+  auto bandwidth = [&] { return probe.measure_gbs(3); };
 
   std::mt19937 rng(42);
   std::vector<float> x(size_t(6144 * n_tokens)), y(size_t(6144 * n_tokens));
