@@ -1,6 +1,7 @@
 // Element-wise forward-pass steps against their formulas evaluated in long double.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -50,4 +51,44 @@ TEST(CpuOps, SwigluMatchesFormula) {
     EXPECT_NEAR(out[i], double(want), 1e-6 * std::fabs(double(want)) + 1e-30) << i;
   }
   EXPECT_FALSE(std::isnan(out[0]));
+}
+
+// Lengths that fill the widest vectors (16 floats), with the tails of each narrower width, so
+// every clone of simd.h's loops meets a full vector and a remainder; exp in libmvec is within a
+// few ulp, checked here at 1e-6 relative (8 ulp).
+TEST(CpuOps, LongRowsMatchFormulaInEveryLane) {
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd(0.0f, 4.0f);
+  for (int n : {1, 7, 16, 33, 1000, 6144}) {
+    const auto len = static_cast<size_t>(n);
+    std::vector<float> g(len), u(len), out(len), s(len);
+    for (int i = 0; i < n; ++i) {
+      g[size_t(i)] = nd(rng);
+      u[size_t(i)] = nd(rng);
+    }
+    cpu::swiglu(g.data(), u.data(), n, out.data());
+    for (int i = 0; i < n; ++i) {
+      const long double x = g[size_t(i)], want = x / (1 + std::exp(-x)) * u[size_t(i)];
+      ASSERT_NEAR(out[size_t(i)], double(want), 1e-6 * std::fabs(double(want)) + 1e-30) << "n " << n << " at " << i;
+    }
+    s = g;
+    cpu::softmax(s.data(), n);
+    const long double mx = *std::max_element(g.begin(), g.end());
+    long double sum = 0;
+    for (float x : g) sum += std::exp(x - mx);
+    for (int i = 0; i < n; ++i) {
+      // x - max is rounded to float first: that alone moves exp by |x - max| × 2^-24 relative.
+      const long double arg = g[size_t(i)] - mx, want = std::exp(arg) / sum;
+      const double tol = (1e-6 + 6e-8 * std::fabs(double(arg))) * double(want) + 1e-30;
+      ASSERT_NEAR(s[size_t(i)], double(want), tol) << "n " << n << " at " << i;
+    }
+    long double ss = 0;
+    for (float x : g) ss += (long double)x * x;
+    const long double inv = 1 / std::sqrt(ss / n + 1e-6L);
+    cpu::rmsnorm(g.data(), u.data(), n, 1e-6f, out.data());
+    for (int i = 0; i < n; ++i) {
+      const long double want = g[size_t(i)] * inv * u[size_t(i)];
+      ASSERT_NEAR(out[size_t(i)], double(want), 1e-6 * std::fabs(double(want)) + 1e-7) << "n " << n << " at " << i;
+    }
+  }
 }
