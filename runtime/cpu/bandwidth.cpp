@@ -68,6 +68,4 @@ double ReadProbe::measure_gbs(int runs) {
   return best;
 }
 
-double measure_read_bandwidth_gbs(size_t bytes, int runs) { return ReadProbe(bytes).measure_gbs(runs); }
-
 }  // namespace bonsai::cpu

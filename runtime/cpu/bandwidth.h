@@ -23,7 +23,4 @@ class ReadProbe {
   std::unique_ptr<uint64_t[]> buf_;
 };
 
-// A probe made for one measurement (allocated, measured, freed).
-double measure_read_bandwidth_gbs(size_t bytes = size_t(256) << 20, int runs = 5);
-
 }  // namespace bonsai::cpu

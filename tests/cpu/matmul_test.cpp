@@ -598,8 +598,11 @@ TEST(CpuBandwidth, Avx2ReadLoopSumsEveryWord) {
 }
 #endif
 
-TEST(CpuBandwidth, MeasuresAPositiveFiniteRate) {
-  const double gbs = cpu::measure_read_bandwidth_gbs(size_t(4) << 20, 2);
-  EXPECT_GT(gbs, 0.0);
-  EXPECT_TRUE(std::isfinite(gbs));
+TEST(CpuBandwidth, MeasuresAPositiveFiniteRateAgainAndAgain) {
+  cpu::ReadProbe probe(size_t(4) << 20);
+  for (int i = 0; i < 2; ++i) {  // the kept buffer serves every probe
+    const double gbs = probe.measure_gbs(2);
+    EXPECT_GT(gbs, 0.0);
+    EXPECT_TRUE(std::isfinite(gbs));
+  }
 }
