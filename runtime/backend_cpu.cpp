@@ -41,12 +41,12 @@ class CpuBackend final : public Backend {
     cpu::get_rows(table, ids, n, out);
   }
   void matmul(const Tensor& w, const float* x, int64_t n, float* y) override {
-    cpu::matmul(w, x, n, y, &regrouped(w));
+    cpu::matmul(w, x, n, y, &kernel_copy(w));
   }
   void matmul_shared(const Tensor* const* w, float* const* y, int count, const float* x, int64_t n) override {
     thread_local std::vector<const std::vector<uint8_t>*> copies;  // no allocation per call once warm
     copies.assign(size_t(std::max(count, 0)), nullptr);
-    for (int i = 0; i < count; ++i) copies[size_t(i)] = &regrouped(*w[i]);
+    for (int i = 0; i < count; ++i) copies[size_t(i)] = &kernel_copy(*w[i]);
     cpu::matmul_shared(w, y, count, x, n, copies.data());
   }
   void matmul_residual(const ResidualView& r, const float* x, int64_t n, float* y) override {
@@ -147,9 +147,9 @@ class CpuBackend final : public Backend {
     return it->second;
   }
 
-  // w's copy for its kernel (the regrouped_ cache).
-  const std::vector<uint8_t>& regrouped(const Tensor& w) {
-    return cached(regrouped_, {w.uid, w.data}, [&] {
+  // w's copy for its kernel (the copies_ cache).
+  const std::vector<uint8_t>& kernel_copy(const Tensor& w) {
+    return cached(copies_, {w.uid, w.data}, [&] {
       auto c = cpu::pack_weights(w);
       // From now on only the copy is read: the file's pages need not stay resident beside it.
       if (!c.empty()) MappedFile::release(w.data, w.nbytes);
@@ -161,10 +161,11 @@ class CpuBackend final : public Backend {
   // Each residual's indices regrouped for the int8 lookup kernel (cpu::pack_residual_indices),
   // made on first use: as many bytes as the indices, which a token then reads instead.
   Cache packed_;
-  // Each weight regrouped for its kernel (cpu::pack_weights; empty for most types), made on first
-  // use: PTQ1_0's slabs on the AVX-512 path, read instead of the stored blocks from then on. As
-  // many bytes as the weights, whose file pages are released meanwhile (MappedFile::release).
-  Cache regrouped_;
+  // Each weight's copy for its kernel (cpu::pack_weights; empty for most types), made on first use:
+  // on the AVX-512 path PTQ1_0's slabs and Q8_0's blocks as stored, read instead of the file's
+  // bytes from then on. As many bytes as the weights, whose file pages are released meanwhile
+  // (MappedFile::release).
+  Cache copies_;
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <vector>
 
 #include "formats/error.h"
@@ -125,9 +126,10 @@ std::vector<uint8_t> pack_weights(const Tensor& w) {
   std::vector<uint8_t> out;
 #if BONSAI_CPU_AVX2
   const Matrix m = check_matrix(w, "pack_weights");
-  if (matmul_path_taken() == MatmulPath::avx512 && avx512::packs(w.type, m.cols)) {
+  if (matmul_path_taken() == MatmulPath::avx512 && avx512::scratch_bytes(w.type, m.cols, 1) > 0) {
     out.resize(w.nbytes);
-    avx512::pack_ptq1(w.data, m.rows, m.cols, out.data());
+    if (avx512::packs(w.type, m.cols)) avx512::pack_ptq1(w.data, m.rows, m.cols, out.data());
+    else std::memcpy(out.data(), w.data, w.nbytes);
   }
 #endif
   return out;
@@ -165,9 +167,9 @@ bool matmul_wide(const Tensor* const* w, float* const* y, int count, const Matri
   for (int i = 0; i < count; ++i) {
     if (w[i]->type != type) return false;
     const std::vector<uint8_t>* copy = packed ? packed[i] : nullptr;
-    const uint8_t* data = !avx512::packs(type, m.cols) ? w[i]->data
-                          : copy && copy->size() == w[i]->nbytes ? copy->data()
-                                                                 : nullptr;
+    const uint8_t* data = copy && copy->size() == w[i]->nbytes ? copy->data()
+                          : avx512::packs(type, m.cols)          ? nullptr  // no kernel for the stored layout
+                                                                 : w[i]->data;
     if (!data) return false;
     parts.push_back({data, w[i]->ne[1], y[i]});
   }

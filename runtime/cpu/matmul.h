@@ -1,6 +1,7 @@
 // Matrix products of stored weights with float activations, on the CPU: the kernels the runtime's
 // forward pass calls. Weights stay in their stored type (any type of formats/types.h); nothing is
-// converted ahead of time, only PTQ1_0's blocks regrouped for the AVX-512 kernel (pack_weights).
+// converted ahead of time, only PTQ1_0's blocks regrouped for the AVX-512 kernel and Q8_0's copied
+// (pack_weights).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -23,9 +24,9 @@ namespace bonsai::cpu {
 // float weights (F32/F16/BF16) use float FMA dot products (from 16 tokens on, OpenBLAS SGEMM on
 // the weights decoded to float), within ~1e-5 relative of matmul_ref.
 //
-// `packed`: pack_weights(w) (the CPU backend keeps one per weight). Where this path's kernel reads
-// a regrouped layout (PTQ1_0 on the AVX-512 path) it reads that instead of w.data; without it (or
-// with one of the wrong size) such a product takes the AVX2 kernel.
+// `packed`: pack_weights(w) (the CPU backend keeps one per weight). Where there is one of w's size,
+// the kernel reads it instead of w.data; a kernel that reads a regrouped layout (PTQ1_0 on the
+// AVX-512 path) without one (or with one of the wrong size) leaves the product to the AVX2 kernel.
 void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y,
             const std::vector<uint8_t>* packed = nullptr);
 
@@ -37,8 +38,12 @@ void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y,
 void matmul_shared(const Tensor* const* w, float* const* y, int count, const float* x, int64_t n_tokens,
                    const std::vector<uint8_t>* const* packed);
 
-// w's weights regrouped for the kernel matmul_path_taken() gives its type, as many bytes as w; empty
-// where that kernel reads the stored layout (every type but PTQ1_0, and PTQ1_0 below AVX-512).
+// A copy of w in this process's memory for the AVX-512 kernels, as many bytes as w: PTQ1_0's
+// regrouped for its kernel, Q8_0's as stored. A copy as stored is there for the speed of reading
+// it: the 1.8 GB of Qwen3-1.7B in Q8_0 generated ~30% faster from anonymous memory than from the
+// file's mapping on the 2-core machine (docs/benchmarks.md, "Q8_0 weights read from a copy").
+// Empty where the kernel matmul_path_taken() gives the type reads w itself (other types, and every
+// type below AVX-512).
 std::vector<uint8_t> pack_weights(const Tensor& w);
 
 // The scalar reference: every row decoded with the type table's to_float, each dot product

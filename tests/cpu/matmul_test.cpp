@@ -367,19 +367,22 @@ TEST(CpuMatmul, ResultDoesNotDependOnThreadCount) {
   omp_set_num_threads(saved);
 }
 
-// pack_weights copies exactly the weights whose kernel reads them regrouped (PTQ1_0, on the
-// AVX-512 path); a copy that is missing or of the wrong size sends the product to the AVX2
-// kernel, which reads the stored blocks, so the result still holds.
-TEST(CpuMatmul, RegroupedCopyOnlyWhereTheKernelReadsIt) {
+// pack_weights copies exactly the weights an AVX-512 kernel reads from a copy: PTQ1_0's regrouped,
+// Q8_0's as stored (where that kernel takes the width: whole groups of four blocks). A copy that
+// is missing or of the wrong size sends a PTQ1_0 product to the AVX2 kernel and has a Q8_0 one
+// read the weight itself, so the result still holds.
+TEST(CpuMatmul, KernelCopyOnlyWhereAnAvx512KernelReadsOne) {
   std::mt19937 rng(13);
   const bool avx512 = cpu::matmul_path_taken() == cpu::MatmulPath::avx512;
-  for (auto [id, cols] : {std::pair{TypeId::PTQ1_0, int64_t(512)}, {TypeId::PTQ1_0, 384}, {TypeId::Q8_0, 512}}) {
+  for (auto [id, cols] : {std::pair{TypeId::PTQ1_0, int64_t(512)}, {TypeId::PTQ1_0, 384}, {TypeId::Q8_0, 512},
+                          {TypeId::Q8_0, 96}, {TypeId::F16, 512}}) {
     const Weights m = make_weights(id, 5, cols, false, rng);
-    const bool regroups = avx512 && id == TypeId::PTQ1_0;
+    const bool copies = avx512 && (id == TypeId::PTQ1_0 || (id == TypeId::Q8_0 && cols % 128 == 0));
     const auto packed = cpu::pack_weights(m.t);
-    EXPECT_EQ(packed.size(), regroups ? m.t.nbytes : 0) << traits(id).name << " " << cols;
-    if (regroups) {
-      EXPECT_NE(0, std::memcmp(packed.data(), m.t.data, packed.size())) << "the copy is regrouped";
+    ASSERT_EQ(packed.size(), copies ? m.t.nbytes : 0) << traits(id).name << " " << cols;
+    if (copies) {
+      const bool same = std::memcmp(packed.data(), m.t.data, packed.size()) == 0;
+      EXPECT_EQ(same, id == TypeId::Q8_0) << traits(id).name << ": PTQ1_0's copy is regrouped, Q8_0's as stored";
     }
     const auto x = random_x(cols * 2, rng);
     std::vector<float> y(size_t(m.rows() * 2));
@@ -391,7 +394,22 @@ TEST(CpuMatmul, RegroupedCopyOnlyWhereTheKernelReadsIt) {
   }
   const cpu::MatmulPath before = cpu::cap_matmul_path(cpu::MatmulPath::avx2);
   EXPECT_TRUE(cpu::pack_weights(make_weights(TypeId::PTQ1_0, 2, 512, false, rng).t).empty()) << "AVX2 reads the blocks";
+  EXPECT_TRUE(cpu::pack_weights(make_weights(TypeId::Q8_0, 2, 512, false, rng).t).empty()) << "AVX2 reads the blocks";
   cpu::cap_matmul_path(before);
+}
+
+// Where a copy is given, the kernel reads it and not the weight: a product handed another
+// weight's Q8_0 copy gives that weight's result, bit for bit.
+TEST(CpuMatmul, Q8CopyIsWhatTheKernelReads) {
+  if (cpu::matmul_path_taken() != cpu::MatmulPath::avx512) GTEST_SKIP() << "no AVX-512 Q8_0 kernel on this CPU";
+  std::mt19937 rng(19);
+  const Weights a = make_weights(TypeId::Q8_0, 7, 256, false, rng), b = make_weights(TypeId::Q8_0, 7, 256, false, rng);
+  const auto copy_of_b = cpu::pack_weights(b.t);
+  const auto x = random_x(256, rng);
+  std::vector<float> from_copy(7), from_b(7);
+  cpu::matmul(a.t, x.data(), 1, from_copy.data(), &copy_of_b);
+  cpu::matmul(b.t, x.data(), 1, from_b.data(), nullptr);
+  EXPECT_EQ(from_copy, from_b);
 }
 
 // matmul_shared gives each weight exactly what its own matmul call gives (the same quantized
