@@ -40,8 +40,8 @@ void matmul_shared(const Tensor* const* w, float* const* y, int count, const flo
 
 // A copy of w in this process's memory for the AVX-512 kernels, as many bytes as w: PTQ1_0's
 // regrouped for its kernel, Q8_0's as stored. A copy as stored is there for the speed of reading
-// it: the 1.8 GB of Qwen3-1.7B in Q8_0 generated ~30% faster from anonymous memory than from the
-// file's mapping on the 2-core machine (docs/benchmarks.md, "Q8_0 weights read from a copy").
+// it: the 1.8 GB of Qwen3-1.7B in Q8_0 generated about a third faster from anonymous memory than
+// from the file's mapping on the 2-core machine (docs/benchmarks.md, "Q8_0 weights read from a copy").
 // Empty where the kernel matmul_path_taken() gives the type reads w itself (other types, and every
 // type below AVX-512).
 std::vector<uint8_t> pack_weights(const Tensor& w);

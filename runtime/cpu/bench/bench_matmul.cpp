@@ -78,7 +78,7 @@ struct Timing {
   double best_pass_s, best_calls_s;
 };
 
-// A weight with its regrouped copy (empty where its kernel reads the stored layout).
+// A weight with its kernel copy (cpu::pack_weights; empty where its kernel reads the weight itself).
 struct Weight {
   const Tensor* t;
   const std::vector<uint8_t>* packed;
