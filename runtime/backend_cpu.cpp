@@ -84,7 +84,8 @@ class CpuBackend final : public Backend {
           rope_sin_[size_t(t * half + i)] = float(std::sin(theta));
         }
     }
-    const std::vector<float>&cs = rope_cos_, &sn = rope_sin_;
+    const std::vector<float>& cs = rope_cos_;
+    const std::vector<float>& sn = rope_sin_;
 #pragma omp parallel for collapse(2) schedule(static) if (n > 4)
     for (int64_t t = 0; t < n; ++t)
       for (int64_t h = 0; h < n_heads; ++h) {

@@ -53,9 +53,9 @@ TEST(CpuOps, SwigluMatchesFormula) {
   EXPECT_FALSE(std::isnan(out[0]));
 }
 
-// Lengths that fill the widest vectors (16 floats), with the tails of each narrower width, so
-// every clone of simd.h's loops meets a full vector and a remainder; exp in libmvec is within a
-// few ulp, checked here at 1e-6 relative (8 ulp).
+// Lengths below, at and past the widest vector (16 floats), so that the clone of simd.h's loops
+// this CPU runs meets full vectors and remainders; libmvec's exp is within a few ulp, checked
+// here at 1e-6 relative (8 ulp).
 TEST(CpuOps, LongRowsMatchFormulaInEveryLane) {
   std::mt19937 rng(2);
   std::normal_distribution<float> nd(0.0f, 4.0f);
