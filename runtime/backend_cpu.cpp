@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -41,12 +42,12 @@ class CpuBackend final : public Backend {
     cpu::get_rows(table, ids, n, out);
   }
   void matmul(const Tensor& w, const float* x, int64_t n, float* y) override {
-    cpu::matmul(w, x, n, y, &kernel_copy(w));
+    cpu::matmul(w, x, n, y, kernel_copy(w));
   }
   void matmul_shared(const Tensor* const* w, float* const* y, int count, const float* x, int64_t n) override {
-    thread_local std::vector<const std::vector<uint8_t>*> copies;  // no allocation per call once warm
-    copies.assign(size_t(std::max(count, 0)), nullptr);
-    for (int i = 0; i < count; ++i) copies[size_t(i)] = &kernel_copy(*w[i]);
+    thread_local std::vector<std::span<const uint8_t>> copies;  // no allocation per call once warm
+    copies.assign(size_t(std::max(count, 0)), {});
+    for (int i = 0; i < count; ++i) copies[size_t(i)] = kernel_copy(*w[i]);
     cpu::matmul_shared(w, y, count, x, n, copies.data());
   }
   void matmul_residual(const ResidualView& r, const float* x, int64_t n, float* y) override {
@@ -140,18 +141,20 @@ class CpuBackend final : public Backend {
   } rope_key_;
   std::vector<float> rope_cos_, rope_sin_;
   // Bytes derived from a weight (or residual), keyed by its uid and address, made on first use.
-  using Cache = std::map<std::pair<uint64_t, const uint8_t*>, std::vector<uint8_t>>;
-  template <class Make>
-  static const std::vector<uint8_t>& cached(Cache& cache, const Cache::key_type& key, const Make& make) {
+  using Key = std::pair<uint64_t, const uint8_t*>;
+  template <class Bytes>
+  using Cache = std::map<Key, Bytes>;
+  template <class Bytes, class Make>
+  static const Bytes& cached(Cache<Bytes>& cache, const Key& key, const Make& make) {
     auto it = cache.find(key);
     if (it == cache.end()) it = cache.emplace(key, make()).first;
     return it->second;
   }
 
   // w's copy for its kernel (the copies_ cache).
-  const std::vector<uint8_t>& kernel_copy(const Tensor& w) {
+  std::span<const uint8_t> kernel_copy(const Tensor& w) {
     return cached(copies_, {w.uid, w.data}, [&] {
-      auto c = cpu::pack_weights(w);
+      const auto c = cpu::pack_weights(w, copy_pages_);
       // From now on only the copy is read: the file's pages need not stay resident beside it.
       if (!c.empty()) MappedFile::release(w.data, w.nbytes);
       return c;
@@ -161,12 +164,13 @@ class CpuBackend final : public Backend {
   std::vector<std::vector<float>> buffers_;
   // Each residual's indices regrouped for the int8 lookup kernel (cpu::pack_residual_indices),
   // made on first use: as many bytes as the indices, which a token then reads instead.
-  Cache packed_;
+  Cache<std::vector<uint8_t>> packed_;
   // Each weight's copy for its kernel (cpu::pack_weights; empty for most types), made on first use:
   // on the AVX-512 path PTQ1_0's slabs and Q8_0's blocks as stored, read instead of the file's
   // bytes from then on. As many bytes as the weights, whose file pages are released meanwhile
-  // (MappedFile::release).
-  Cache copies_;
+  // (MappedFile::release). They live in copy_pages_ (huge pages: runtime/cpu/huge_pages.h).
+  cpu::HugePageArena copy_pages_;
+  Cache<std::span<const uint8_t>> copies_;
 };
 
 }  // namespace

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <memory>
 
 #if BONSAI_CPU_AVX2
 #include "runtime/cpu/kernels_avx2.h"
@@ -37,12 +36,13 @@ void part_of(int64_t n, int64_t& i0, int64_t& i1) {
 }  // namespace
 
 ReadProbe::ReadProbe(size_t bytes)
-    : n_(int64_t(std::max<size_t>(bytes / sizeof(uint64_t), 1))), buf_(new uint64_t[size_t(n_)]) {
+    : n_(int64_t(std::max<size_t>(bytes / sizeof(uint64_t), 1))),
+      buf_(reinterpret_cast<uint64_t*>(pages_.allocate(size_t(n_) * sizeof(uint64_t)))) {
 #pragma omp parallel
   {
     int64_t i0, i1;
     part_of(n_, i0, i1);
-    for (int64_t i = i0; i < i1; ++i) buf_[size_t(i)] = uint64_t(i);
+    for (int64_t i = i0; i < i1; ++i) buf_[i] = uint64_t(i);
   }
 }
 
@@ -56,7 +56,7 @@ double ReadProbe::measure_gbs(int runs) {
     {
       int64_t i0, i1;
       part_of(n_, i0, i1);
-      total += read_sum(buf_.get() + i0, i1 - i0);
+      total += read_sum(buf_ + i0, i1 - i0);
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     sink += total;

@@ -3,7 +3,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <memory>
+
+#include "runtime/cpu/huge_pages.h"
 
 namespace bonsai::cpu {
 
@@ -11,7 +12,8 @@ namespace bonsai::cpu {
 // sum, each its own contiguous part. It is allocated and first touched once: `bonsai bench`
 // probes before and after every repetition, and with a 256 MB buffer allocated, faulted in and
 // freed at each probe the decode step right after it ran 100-180 ms late on the 2-core machine;
-// with a kept buffer it does not (docs/benchmarks.md).
+// with a kept buffer it does not (docs/benchmarks.md). Its pages are the weight copies' kind
+// (huge_pages.h).
 class ReadProbe {
  public:
   explicit ReadProbe(size_t bytes = size_t(256) << 20);
@@ -20,7 +22,8 @@ class ReadProbe {
 
  private:
   int64_t n_;
-  std::unique_ptr<uint64_t[]> buf_;
+  HugePageArena pages_;
+  uint64_t* buf_;
 };
 
 }  // namespace bonsai::cpu

@@ -122,17 +122,19 @@ void matmul_ref(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
   }
 }
 
-std::vector<uint8_t> pack_weights(const Tensor& w) {
-  std::vector<uint8_t> out;
+std::span<const uint8_t> pack_weights(const Tensor& w, HugePageArena& pages) {
 #if BONSAI_CPU_AVX2
   const Matrix m = check_matrix(w, "pack_weights");
   if (matmul_path_taken() == MatmulPath::avx512 && avx512::scratch_bytes(w.type, m.cols, 1) > 0) {
-    out.resize(w.nbytes);
-    if (avx512::packs(w.type, m.cols)) avx512::pack_ptq1(w.data, m.rows, m.cols, out.data());
-    else std::memcpy(out.data(), w.data, w.nbytes);
+    uint8_t* out = pages.allocate(w.nbytes);
+    if (avx512::packs(w.type, m.cols)) avx512::pack_ptq1(w.data, m.rows, m.cols, out);
+    else std::memcpy(out, w.data, w.nbytes);
+    return {out, size_t(w.nbytes)};
   }
+#else
+  (void)w, (void)pages;
 #endif
-  return out;
+  return {};
 }
 
 namespace {
@@ -156,7 +158,7 @@ avx2::ActView view_of(const QuantAct& a) { return {a.q.data(), a.d.data(), a.cor
 // done) where those kernels do not take them: another path, mixed types, a type or width they
 // have no kernel for, or a regrouped copy missing.
 bool matmul_wide(const Tensor* const* w, float* const* y, int count, const Matrix& m, const float* x, int64_t n_tokens,
-                 const std::vector<uint8_t>* const* packed) {
+                 const std::span<const uint8_t>* packed) {
 #if BONSAI_CPU_AVX2
   const TypeId type = w[0]->type;
   const ActLayout* layout = act_layout_in_order(type);
@@ -166,8 +168,8 @@ bool matmul_wide(const Tensor* const* w, float* const* y, int count, const Matri
   parts.clear();
   for (int i = 0; i < count; ++i) {
     if (w[i]->type != type) return false;
-    const std::vector<uint8_t>* copy = packed ? packed[i] : nullptr;
-    const uint8_t* data = copy && copy->size() == w[i]->nbytes ? copy->data()
+    const std::span<const uint8_t> copy = packed ? packed[i] : std::span<const uint8_t>();
+    const uint8_t* data = copy.size() == w[i]->nbytes ? copy.data()
                           : avx512::packs(type, m.cols)          ? nullptr  // no kernel for the stored layout
                                                                  : w[i]->data;
     if (!data) return false;
@@ -206,7 +208,7 @@ void matmul_one(const Tensor& w, const Matrix& m, const float* x, int64_t n_toke
 }  // namespace
 
 void matmul_shared(const Tensor* const* w, float* const* y, int count, const float* x, int64_t n_tokens,
-                   const std::vector<uint8_t>* const* packed) {
+                   const std::span<const uint8_t>* packed) {
   if (count <= 0) return;
   const Matrix m = check_matrix(*w[0], "matmul");
   check_count(*w[0], "matmul", "token", n_tokens);
@@ -219,7 +221,7 @@ void matmul_shared(const Tensor* const* w, float* const* y, int count, const flo
     if (w[i]->ne[1] > 0) matmul_one(*w[i], check_matrix(*w[i], "matmul"), x, n_tokens, y[i]);
 }
 
-void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, const std::vector<uint8_t>* packed) {
+void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, std::span<const uint8_t> packed) {
   const Tensor* one = &w;
   matmul_shared(&one, &y, 1, x, n_tokens, &packed);
 }

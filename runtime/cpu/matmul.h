@@ -4,9 +4,10 @@
 // (pack_weights).
 #pragma once
 #include <cstdint>
-#include <vector>
+#include <span>
 
 #include "formats/tensor_set.h"
+#include "runtime/cpu/huge_pages.h"
 
 namespace bonsai::cpu {
 
@@ -24,11 +25,10 @@ namespace bonsai::cpu {
 // float weights (F32/F16/BF16) use float FMA dot products (from 16 tokens on, OpenBLAS SGEMM on
 // the weights decoded to float), within ~1e-5 relative of matmul_ref.
 //
-// `packed`: pack_weights(w) (the CPU backend keeps one per weight). Where there is one of w's size,
-// the kernel reads it instead of w.data; a kernel that reads a regrouped layout (PTQ1_0 on the
+// `packed`: pack_weights(w) (the CPU backend keeps one per weight). Where it is w's size, the kernel
+// reads it instead of w.data; a kernel that reads a regrouped layout (PTQ1_0 on the
 // AVX-512 path) without one (or with one of the wrong size) leaves the product to the AVX2 kernel.
-void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y,
-            const std::vector<uint8_t>* packed = nullptr);
+void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, std::span<const uint8_t> packed = {});
 
 // matmul of `count` weights that read the same input x (the same cols; q/k/v, gate/up): y[i] for
 // w[i], with packed[i] its pack_weights copy (packed may be null), exactly as count matmul calls
@@ -36,15 +36,15 @@ void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y,
 // present), the activations are quantized once and one pass of the threads covers every row,
 // instead of a quantization and a fork and join of the threads per weight.
 void matmul_shared(const Tensor* const* w, float* const* y, int count, const float* x, int64_t n_tokens,
-                   const std::vector<uint8_t>* const* packed);
+                   const std::span<const uint8_t>* packed);
 
 // A copy of w in this process's memory for the AVX-512 kernels, as many bytes as w: PTQ1_0's
 // regrouped for its kernel, Q8_0's as stored. A copy as stored is there for the speed of reading
 // it: the 1.8 GB of Qwen3-1.7B in Q8_0 generated about a third faster from anonymous memory than
 // from the file's mapping on the 2-core machine (docs/benchmarks.md, "Q8_0 weights read from a copy").
 // Empty where the kernel matmul_path_taken() gives the type reads w itself (other types, and every
-// type below AVX-512).
-std::vector<uint8_t> pack_weights(const Tensor& w);
+// type below AVX-512). The bytes are `pages`' (huge pages: huge_pages.h) and live as long as it.
+std::span<const uint8_t> pack_weights(const Tensor& w, HugePageArena& pages);
 
 // The scalar reference: every row decoded with the type table's to_float, each dot product
 // accumulated in double and rounded to float once. Exact up to that one rounding, so it is the

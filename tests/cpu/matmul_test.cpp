@@ -205,8 +205,8 @@ std::string mismatch(const Weights& m, const std::vector<float>& x, int64_t n_to
 // reads one (pack_weights, made on the path taken now).
 std::vector<float> run_matmul(const Weights& m, const std::vector<float>& x, int64_t n_tokens) {
   std::vector<float> y(size_t(m.rows() * n_tokens));
-  const auto packed = cpu::pack_weights(m.t);
-  cpu::matmul(m.t, x.data(), n_tokens, y.data(), &packed);
+  cpu::HugePageArena pages;
+  cpu::matmul(m.t, x.data(), n_tokens, y.data(), cpu::pack_weights(m.t, pages));
   return y;
 }
 
@@ -344,11 +344,12 @@ TEST(CpuMatmul, ResultDoesNotDependOnThreadCount) {
   // The product on 3 threads, after checking it bit for bit against 1 thread.
   auto on_3_threads = [](const Weights& m, const std::vector<float>& x, int64_t tokens, TypeId id) {
     std::vector<float> y1(size_t(m.rows() * tokens)), y3(y1.size());
-    const auto packed = cpu::pack_weights(m.t);
+    cpu::HugePageArena pages;
+    const auto packed = cpu::pack_weights(m.t, pages);
     omp_set_num_threads(1);
-    cpu::matmul(m.t, x.data(), tokens, y1.data(), &packed);
+    cpu::matmul(m.t, x.data(), tokens, y1.data(), packed);
     omp_set_num_threads(3);
-    cpu::matmul(m.t, x.data(), tokens, y3.data(), &packed);
+    cpu::matmul(m.t, x.data(), tokens, y3.data(), packed);
     EXPECT_EQ(0, std::memcmp(y1.data(), y3.data(), y1.size() * 4)) << traits(id).name;
     return y3;
   };
@@ -378,7 +379,8 @@ TEST(CpuMatmul, KernelCopyOnlyWhereAnAvx512KernelReadsOne) {
                           {TypeId::Q8_0, 96}, {TypeId::F16, 512}}) {
     const Weights m = make_weights(id, 5, cols, false, rng);
     const bool copies = avx512 && (id == TypeId::PTQ1_0 || (id == TypeId::Q8_0 && cols % 128 == 0));
-    const auto packed = cpu::pack_weights(m.t);
+    cpu::HugePageArena pages;
+    const auto packed = cpu::pack_weights(m.t, pages);
     ASSERT_EQ(packed.size(), copies ? m.t.nbytes : 0) << traits(id).name << " " << cols;
     if (copies) {
       const bool same = std::memcmp(packed.data(), m.t.data, packed.size()) == 0;
@@ -387,14 +389,15 @@ TEST(CpuMatmul, KernelCopyOnlyWhereAnAvx512KernelReadsOne) {
     const auto x = random_x(cols * 2, rng);
     std::vector<float> y(size_t(m.rows() * 2));
     const std::vector<uint8_t> wrong(3);
-    for (const std::vector<uint8_t>* p : {&packed, &wrong, static_cast<const std::vector<uint8_t>*>(nullptr)}) {
+    for (const std::span<const uint8_t> p : {packed, std::span<const uint8_t>(wrong), std::span<const uint8_t>()}) {
       cpu::matmul(m.t, x.data(), 2, y.data(), p);
       EXPECT_EQ(mismatch(m, x, 2, y), "") << traits(id).name << " " << cols;
     }
   }
   const cpu::MatmulPath before = cpu::cap_matmul_path(cpu::MatmulPath::avx2);
-  EXPECT_TRUE(cpu::pack_weights(make_weights(TypeId::PTQ1_0, 2, 512, false, rng).t).empty()) << "AVX2 reads the blocks";
-  EXPECT_TRUE(cpu::pack_weights(make_weights(TypeId::Q8_0, 2, 512, false, rng).t).empty()) << "AVX2 reads the blocks";
+  cpu::HugePageArena pages;
+  EXPECT_TRUE(cpu::pack_weights(make_weights(TypeId::PTQ1_0, 2, 512, false, rng).t, pages).empty()) << "AVX2 reads the blocks";
+  EXPECT_TRUE(cpu::pack_weights(make_weights(TypeId::Q8_0, 2, 512, false, rng).t, pages).empty()) << "AVX2 reads the blocks";
   cpu::cap_matmul_path(before);
 }
 
@@ -404,11 +407,12 @@ TEST(CpuMatmul, Q8CopyIsWhatTheKernelReads) {
   if (cpu::matmul_path_taken() != cpu::MatmulPath::avx512) GTEST_SKIP() << "no AVX-512 Q8_0 kernel on this CPU";
   std::mt19937 rng(19);
   const Weights a = make_weights(TypeId::Q8_0, 7, 256, false, rng), b = make_weights(TypeId::Q8_0, 7, 256, false, rng);
-  const auto copy_of_b = cpu::pack_weights(b.t);
+  cpu::HugePageArena pages;
+  const auto copy_of_b = cpu::pack_weights(b.t, pages);
   const auto x = random_x(256, rng);
   std::vector<float> from_copy(7), from_b(7);
-  cpu::matmul(a.t, x.data(), 1, from_copy.data(), &copy_of_b);
-  cpu::matmul(b.t, x.data(), 1, from_b.data(), nullptr);
+  cpu::matmul(a.t, x.data(), 1, from_copy.data(), copy_of_b);
+  cpu::matmul(b.t, x.data(), 1, from_b.data());
   EXPECT_EQ(from_copy, from_b);
 }
 
@@ -423,21 +427,22 @@ TEST(CpuMatmul, SharedInputProductsMatchSeparateCalls) {
       const int64_t cols = 512;
       std::vector<Weights> ws;
       for (int64_t rows : {5, 67, 3}) ws.push_back(make_weights(id, rows, cols, true, rng));
-      std::vector<std::vector<uint8_t>> packs;
-      for (const Weights& w : ws) packs.push_back(cpu::pack_weights(w.t));
+      cpu::HugePageArena pages;
+      std::vector<std::span<const uint8_t>> packs;
+      for (const Weights& w : ws) packs.push_back(cpu::pack_weights(w.t, pages));
       for (int64_t n : {1, 3, 17}) {
         const auto x = random_x(cols * n, rng);
         std::vector<std::vector<float>> apart, together;
         const Tensor* w[3];
         float* y[3];
-        const std::vector<uint8_t>* copies[3];
+        std::span<const uint8_t> copies[3];
         for (size_t i = 0; i < ws.size(); ++i) {
           apart.emplace_back(size_t(ws[i].rows() * n));
           together.emplace_back(size_t(ws[i].rows() * n), -1.0f);
-          cpu::matmul(ws[i].t, x.data(), n, apart[i].data(), &packs[i]);
+          cpu::matmul(ws[i].t, x.data(), n, apart[i].data(), packs[i]);
           w[i] = &ws[i].t;
           y[i] = together[i].data();
-          copies[i] = &packs[i];
+          copies[i] = packs[i];
         }
         cpu::matmul_shared(w, y, 3, x.data(), n, copies);
         for (size_t i = 0; i < ws.size(); ++i)

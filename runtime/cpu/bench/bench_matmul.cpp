@@ -18,6 +18,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <span>
 #include <random>
 #include <string>
 #include <vector>
@@ -43,7 +45,8 @@ double now_s() {
 struct Weights {
   std::vector<std::vector<uint8_t>> bufs;
   std::vector<Tensor> tensors;
-  std::vector<std::vector<uint8_t>> packed;  // cpu::pack_weights of each, as the CPU backend keeps them
+  std::unique_ptr<cpu::HugePageArena> pages = std::make_unique<cpu::HugePageArena>();
+  std::vector<std::span<const uint8_t>> packed;  // cpu::pack_weights of each, as the CPU backend keeps them
 };
 
 Weights make_weights(const TypeTraits& tt, Shape s, int copies, std::mt19937& rng) {
@@ -64,7 +67,7 @@ Weights make_weights(const TypeTraits& tt, Shape s, int copies, std::mt19937& rn
     t.ne = {s.cols, s.rows};
     t.data = w.bufs[size_t(c)].data();
     t.nbytes = nbytes;
-    w.packed.push_back(cpu::pack_weights(t));
+    w.packed.push_back(cpu::pack_weights(t, *w.pages));
     w.tensors.push_back(std::move(t));
   }
   return w;
@@ -81,7 +84,7 @@ struct Timing {
 // A weight with its kernel copy (cpu::pack_weights; empty where its kernel reads the weight itself).
 struct Weight {
   const Tensor* t;
-  const std::vector<uint8_t>* packed;
+  std::span<const uint8_t> packed;
 };
 
 Timing time_passes(const std::vector<Weight>& ts, const float* x, int64_t n_tokens, float* y) {
@@ -184,7 +187,7 @@ int main(int argc, char** argv) {
       const int copies = std::max(1, int(min_mb / mb + 0.999));
       Weights w = make_weights(*tt, s, copies, rng);
       std::vector<Weight> ts;
-      for (size_t c = 0; c < w.tensors.size(); ++c) ts.push_back({&w.tensors[c], &w.packed[c]});
+      for (size_t c = 0; c < w.tensors.size(); ++c) ts.push_back({&w.tensors[c], w.packed[c]});
       const double bw = bandwidth();
       const Timing tm = time_passes(ts, x.data(), n_tokens, y.data());
       const double gbs = mb * 1e6 * copies / tm.best_pass_s / 1e9, cgbs = mb * 1e6 * copies / tm.best_calls_s / 1e9;
@@ -208,7 +211,7 @@ int main(int argc, char** argv) {
     for (const Shape s : layer) ws.push_back(make_weights(*tt, s, 28, rng));
     for (int l = 0; l < 28; ++l)
       for (auto& w : ws) {
-        ts.push_back({&w.tensors[size_t(l)], &w.packed[size_t(l)]});
+        ts.push_back({&w.tensors[size_t(l)], w.packed[size_t(l)]});
         mb += double(w.tensors[size_t(l)].nbytes) / 1e6;
       }
     const double bw = bandwidth();
