@@ -24,16 +24,20 @@ namespace bonsai {
 namespace {
 
 class CpuBackend final : public Backend {
+  // Where alloc's buffers and the weight copies live (huge pages: runtime/cpu/huge_pages.h).
+  // First, so that it outlives every member that points into it.
+  cpu::HugePageArena pages_;
+
  public:
   explicit CpuBackend(int threads) {
     if (threads > 0) omp_set_num_threads(threads);
   }
   std::string name() const override { return "cpu"; }
 
-  float* alloc(int64_t n) override {
-    buffers_.emplace_back(size_t(n), 0.0f);
-    return buffers_.back().data();
-  }
+  // Zeroed (fresh pages) and in huge pages, as the weight copies: a KV cache's rows are the KV
+  // width apart (4 KB in Qwen3-1.7B), so in 4 KB pages each cached position a head reads was a
+  // page of its own.
+  float* alloc(int64_t n) override { return reinterpret_cast<float*>(pages_.allocate(size_t(n) * sizeof(float))); }
   void to_host(const float* src, float* dst, int64_t n) override {
     if (src != dst) std::memcpy(dst, src, size_t(n) * sizeof(float));
   }
@@ -154,22 +158,20 @@ class CpuBackend final : public Backend {
   // w's copy for its kernel (the copies_ cache).
   std::span<const uint8_t> kernel_copy(const Tensor& w) {
     return cached(copies_, {w.uid, w.data}, [&] {
-      const auto c = cpu::pack_weights(w, copy_pages_);
+      const auto c = cpu::pack_weights(w, pages_);
       // From now on only the copy is read: the file's pages need not stay resident beside it.
       if (!c.empty()) MappedFile::release(w.data, w.nbytes);
       return c;
     });
   }
 
-  std::vector<std::vector<float>> buffers_;
   // Each residual's indices regrouped for the int8 lookup kernel (cpu::pack_residual_indices),
   // made on first use: as many bytes as the indices, which a token then reads instead.
   Cache<std::vector<uint8_t>> packed_;
   // Each weight's copy for its kernel (cpu::pack_weights; empty for most types), made on first use:
   // on the AVX-512 path PTQ1_0's slabs and Q8_0's blocks as stored, read instead of the file's
   // bytes from then on. As many bytes as the weights, whose file pages are released meanwhile
-  // (MappedFile::release). They live in copy_pages_ (huge pages: runtime/cpu/huge_pages.h).
-  cpu::HugePageArena copy_pages_;
+  // (MappedFile::release).
   Cache<std::span<const uint8_t>> copies_;
 };
 
