@@ -51,6 +51,8 @@ HugePageArena::~HugePageArena() {
 }
 
 uint8_t* HugePageArena::allocate(size_t bytes) {
+  // A size no machine maps (a negative count cast to size_t, say) would wrap in the rounding below.
+  if (bytes > (size_t(1) << 56)) throw std::bad_alloc();
   const size_t span = round_up(bytes == 0 ? 1 : bytes, 64);
   uint8_t* p;
   if (span > kShared / 4) {  // its own mapping: the shared one's free part stays for the next

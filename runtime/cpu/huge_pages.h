@@ -24,7 +24,8 @@ class HugePageArena {
   HugePageArena& operator=(const HugePageArena&) = delete;
   ~HugePageArena();
 
-  // `bytes` zero bytes at a 64-byte boundary. Throws std::bad_alloc when the system maps no more.
+  // `bytes` zero bytes at a 64-byte boundary. Throws std::bad_alloc when the system maps no more
+  // (or `bytes` is beyond any machine's memory).
   uint8_t* allocate(size_t bytes);
 
  private:

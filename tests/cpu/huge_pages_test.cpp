@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -36,6 +37,14 @@ TEST(HugePageArena, RangesAreZeroAlignedAndDisjoint) {
     }
   for (const auto& [p, bytes] : got)  // each still holds its own writes
     EXPECT_TRUE(std::all_of(p, p + bytes, [](uint8_t b) { return b == 0xA5; }));
+}
+
+// A size beyond any machine (what a negative count becomes as size_t) is std::bad_alloc, not a
+// rounding that wraps to a small range.
+TEST(HugePageArena, ImpossibleSizeIsBadAlloc) {
+  cpu::HugePageArena arena;
+  EXPECT_THROW(arena.allocate(size_t(-4)), std::bad_alloc);
+  EXPECT_THROW(arena.allocate(size_t(1) << 62), std::bad_alloc);
 }
 
 }  // namespace
