@@ -34,7 +34,7 @@ HugePageArena::Mapping HugePageArena::map(size_t bytes) {
   auto* const start = static_cast<uint8_t*>(raw);
   auto* const base = reinterpret_cast<uint8_t*>(round_up(reinterpret_cast<uintptr_t>(start), kHugePage));
   if (base > start) ::munmap(start, size_t(base - start));
-  if (const size_t tail = size_t(start + bytes + kHugePage - (base + bytes)); tail > 0) ::munmap(base + bytes, tail);
+  if (const size_t tail = size_t(start + kHugePage - base); tail > 0) ::munmap(base + bytes, tail);
 #ifdef MADV_HUGEPAGE
   // Advice only: where the kernel has no huge page to give, the range stays in 4 KB pages.
   ::madvise(base, bytes, MADV_HUGEPAGE);

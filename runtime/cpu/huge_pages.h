@@ -1,10 +1,11 @@
-// Memory for the bytes the kernels stream once per token (the weight copies) and for the
-// bandwidth probe that judges them, in transparent huge pages. Debian's kernels give an anonymous
-// mapping huge pages only where it asks (THP "madvise"). On the 2-core VM a decode step's products
-// (bench_matmul's model sweep) streamed ~2% faster from 2 MB pages than from 4 KB ones, and
-// generation was 2-8% faster, inside that machine's noise (docs/benchmarks.md, "Weight copies in
-// huge pages"). The probe reads its buffer from the same kind of pages, so the roofline is
-// measured on memory laid out as the weights are.
+// Memory for the bytes the kernels stream once per token (the weight copies, the CPU backend's
+// KV cache and activations) and for the bandwidth probe that judges them, in transparent huge
+// pages. Debian's kernels give an anonymous mapping huge pages only where it asks (THP
+// "madvise"). On the 2-core VM a decode step's products (bench_matmul's model sweep) streamed ~2%
+// faster from 2 MB pages than from 4 KB ones, and generation was 2-8% faster, inside that
+// machine's noise (docs/benchmarks.md, "Weight copies and buffers in huge pages"). The probe reads
+// its buffer from the same kind of pages, so the roofline is measured on memory laid out as the
+// weights are.
 #pragma once
 #include <cstddef>
 #include <cstdint>

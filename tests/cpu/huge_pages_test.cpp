@@ -1,5 +1,5 @@
-// HugePageArena (runtime/cpu/huge_pages.h): the memory of the weight copies and of the
-// bandwidth probe.
+// HugePageArena (runtime/cpu/huge_pages.h): the memory of the weight copies, the CPU backend's
+// buffers and the bandwidth probe.
 #include "runtime/cpu/huge_pages.h"
 
 #include <gtest/gtest.h>

@@ -19,8 +19,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <span>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
