@@ -63,6 +63,9 @@ class Backend {
   // The memory-read bandwidth this backend's weights stream from (GB/s), measured now: the
   // roofline that generation speed is judged against.
   virtual double measure_bandwidth_gbs() = 0;
+  // The bytes a product with w reads from memory: w's own, unless the backend has made a copy of
+  // it for its kernels in another layout (the CPU's PQ2_0 copy of PTQ1_0 on AVX2 is 34/28 of it).
+  virtual uint64_t read_bytes(const Tensor& w) { return w.nbytes; }
 };
 
 // "cpu" (always), "cuda[:N]" when built with CUDA; Error for anything else.

@@ -134,6 +134,10 @@ class CpuBackend final : public Backend {
     if (!probe_) probe_ = std::make_unique<cpu::ReadProbe>();  // kept for the next probes (bandwidth.h)
     return probe_->measure_gbs();
   }
+  uint64_t read_bytes(const Tensor& w) override {
+    const auto it = copies_.find({w.uid, w.data});
+    return it != copies_.end() && !it->second.empty() ? it->second.size() : w.nbytes;
+  }
 
  private:
   std::unique_ptr<cpu::ReadProbe> probe_;
@@ -169,9 +173,9 @@ class CpuBackend final : public Backend {
   // made on first use: as many bytes as the indices, which a token then reads instead.
   Cache<std::vector<uint8_t>> packed_;
   // Each weight's copy for its kernel (cpu::pack_weights; empty for most types), made on first use:
-  // on the AVX-512 path PTQ1_0's slabs and Q8_0's blocks as stored, read instead of the file's
-  // bytes from then on. As many bytes as the weights, whose file pages are released meanwhile
-  // (MappedFile::release).
+  // on the AVX-512 path PTQ1_0's slabs and Q8_0's blocks as stored, on the AVX2 path PTQ1_0's
+  // blocks as PQ2_0 (34 bytes per 28), read instead of the file's bytes from then on; the file's
+  // pages are released meanwhile (MappedFile::release).
   Cache<std::span<const uint8_t>> copies_;
 };
 

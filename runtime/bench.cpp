@@ -13,15 +13,16 @@
 
 namespace bonsai {
 
-uint64_t weight_bytes_per_token(const Model& m) {
+uint64_t weight_bytes_per_token(const Model& m, Backend* be) {
+  auto bytes = [&](const Tensor& t) { return be ? be->read_bytes(t) : t.nbytes; };
   uint64_t b = 0;
   for (const LayerWeights& l : m.layers)
     for (const Tensor* t : {l.wq, l.wk, l.wv, l.wo, l.gate, l.up, l.down}) {
-      b += t->nbytes;
+      b += bytes(*t);
       // A residual's codebooks and indices are read with its weight at every token.
       if (const auto it = m.residuals.find(t); it != m.residuals.end()) b += it->second.stored_bytes();
     }
-  b += m.output->nbytes;
+  b += bytes(*m.output);
   b += m.token_embd->nbytes / uint64_t(m.cfg.n_vocab);  // one embedding row
   return b;
 }
@@ -66,7 +67,10 @@ BenchResult bench(const Model& m, Backend& be, const BenchOptions& o, const std:
     }
     one.tg_tps = double(o.n_gen) / std::chrono::duration<double>(clock::now() - t0).count();
     one.bandwidth_after_gbs = be.measure_bandwidth_gbs();
-    if (rep < 0) continue;
+    if (rep < 0) {
+      r.read_bytes_per_token = weight_bytes_per_token(m, &be);  // the warm-up made the backend's copies
+      continue;
+    }
     const double bw = (one.bandwidth_before_gbs + one.bandwidth_after_gbs) / 2;
     one.roofline_pct = 100.0 * one.tg_tps * double(r.bytes_per_token) / (bw * 1e9);
     r.reps.push_back(one);

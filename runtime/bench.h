@@ -29,7 +29,8 @@ struct BenchRep {
 
 struct BenchResult {
   double pp_tps = 0, pp_sd = 0, tg_tps = 0, tg_sd = 0;
-  uint64_t bytes_per_token = 0;  // weight bytes one generated token reads
+  uint64_t bytes_per_token = 0;  // weight bytes of one generated token as stored: the roofline's
+  uint64_t read_bytes_per_token = 0;  // what the backend's kernels read for them (Backend::read_bytes)
   double bandwidth_gbs = 0;      // mean of every rep's two probes
   double bandwidth_min_gbs = 0, bandwidth_max_gbs = 0;
   double roofline_tps = 0;       // bandwidth_gbs / bytes_per_token
@@ -38,7 +39,8 @@ struct BenchResult {
   int64_t peak_rss_bytes = 0;
 };
 
-uint64_t weight_bytes_per_token(const Model& m);
+// The weight bytes one generated token reads: as stored, or as `be` reads them (its copies).
+uint64_t weight_bytes_per_token(const Model& m, Backend* be = nullptr);
 // The process's peak resident set so far (getrusage), in bytes.
 int64_t peak_rss_bytes();
 BenchResult bench(const Model& m, Backend& be, const BenchOptions& o,

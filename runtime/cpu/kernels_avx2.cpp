@@ -558,6 +558,31 @@ bool matmul_q8(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const 
   }
 }
 
+void ptq1_to_pq2(const uint8_t* src, int64_t nblocks, uint8_t* dst) {
+  static_assert(QK_PTQ1_0 == QK_PQ2_0, "one PQ2_0 block per PTQ1_0 block");
+  const auto* in = reinterpret_cast<const block_ptq1_0*>(src);
+  auto* out = reinterpret_cast<block_pq2_0*>(dst);
+  // Element j of PQ2_0 is bits 2(j%4) of byte j/4, so a byte is four consecutive codes c0..c3
+  // weighed 1, 4, 16, 64: maddubs and madd sum them within each dword of element-ordered codes.
+  const __m256i weights = _mm256_set1_epi32(0x40100401);
+  const __m256i ones = _mm256_set1_epi16(1);
+#pragma omp parallel for schedule(static) if (nblocks >= kParallelWork / QK_PTQ1_0)
+  for (int64_t i = 0; i < nblocks; ++i) {
+    __m256i c[KPTQ1::kSub], b[KPTQ1::kSub];
+    KPTQ1::codes(in[i], c);
+    for (int k = 0; k < KPTQ1::kSub; ++k) {
+      // base3_packed order -> element order: the 8-byte quarters come as a0 b0 a1 b1 (pack()).
+      const __m256i e = _mm256_permute4x64_epi64(c[k], 0xd8);
+      b[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(e, weights), ones);  // 8 bytes, one a dword
+    }
+    // dwords of b0..b3 -> 32 bytes in order; packs interleave per 128-bit half, permute undoes it.
+    const __m256i w = _mm256_packus_epi16(_mm256_packus_epi32(b[0], b[1]), _mm256_packus_epi32(b[2], b[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[i].qs),
+                        _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    out[i].d = in[i].d;
+  }
+}
+
 uint64_t read_sum(const uint64_t* p, int64_t n) {
   __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
   int64_t i = 0;

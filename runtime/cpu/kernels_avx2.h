@@ -39,6 +39,12 @@ bool matmul_float(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, con
 // n values of a float type (F32, F16, BF16) to float32, 8 at a time; false for other types.
 bool float_to_f32(TypeId type, const uint8_t* src, int64_t n, float* dst);
 
+// PTQ1_0 blocks as PQ2_0 blocks holding the same values: each base-3 code (value code - 1, the
+// scale kept) becomes a 2-bit code; 34 bytes out per 28 in. The AVX2 copy of PTQ1_0 weights
+// (matmul.h, pack_weights): the 2-bit codes cost a shift and a mask to unpack where base-3 digits
+// cost two multiplies each.
+void ptq1_to_pq2(const uint8_t* src, int64_t nblocks, uint8_t* dst);
+
 // The 64-bit sum of n words read with 32-byte loads into four independent accumulators: the
 // bandwidth probe's read loop (bandwidth.cpp), fast enough that one core is bound by memory, not
 // by its adds.

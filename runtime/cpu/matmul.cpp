@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "formats/blocks.h"
 #include "formats/error.h"
 #include "runtime/cpu/act_quant.h"
 #include "runtime/cpu/parallel.h"
@@ -20,10 +21,12 @@
 namespace bonsai::cpu {
 namespace {
 
+// A weight matrix as the kernels read it: w's own bytes, or its copy (pack_weights) in the copy's type.
 struct Matrix {
   const TypeTraits* type;
   int64_t rows, cols;
   uint64_t row_bytes;
+  const uint8_t* data;
 };
 
 Matrix check_matrix(const Tensor& w, const char* op) {
@@ -38,7 +41,7 @@ Matrix check_matrix(const Tensor& w, const char* op) {
   if (*want != w.nbytes)
     fail(w.name, op, ": holds ", w.nbytes, " bytes, a ", tt->name, " tensor ", w.shape_str(), " has ", *want);
   if (w.nbytes > 0 && !w.data) fail(w.name, op, ": tensor has no data");
-  return {tt, w.ne[1], w.ne[0], *row_bytes(w.type, uint64_t(w.ne[0]))};
+  return {tt, w.ne[1], w.ne[0], *row_bytes(w.type, uint64_t(w.ne[0])), w.data};
 }
 
 void check_count(const Tensor& w, const char* op, const char* what, int64_t n) {
@@ -57,16 +60,16 @@ std::atomic<MatmulPath> path_cap{MatmulPath::avx512};
 
 bool float_weights(TypeId t) { return t == TypeId::F32 || t == TypeId::F16 || t == TypeId::BF16; }
 
-void matmul_gemm(const Tensor& w, const Matrix& m, const float* x, int64_t n_tokens, float* y) {
+void matmul_gemm(const Matrix& m, const float* x, int64_t n_tokens, float* y) {
 #pragma omp parallel
   {
     std::vector<float> tile(size_t(std::min(kGemmTileRows, m.rows) * m.cols));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t r0 = 0; r0 < m.rows; r0 += kGemmTileRows) {
       const int64_t nr = std::min(kGemmTileRows, m.rows - r0);
-      const uint8_t* src = w.data + uint64_t(r0) * m.row_bytes;
+      const uint8_t* src = m.data + uint64_t(r0) * m.row_bytes;
 #if BONSAI_CPU_AVX2
-      if (!avx2_usable() || !avx2::float_to_f32(w.type, src, nr * m.cols, tile.data()))
+      if (!avx2_usable() || !avx2::float_to_f32(m.type->id, src, nr * m.cols, tile.data()))
 #endif
         m.type->to_float(src, tile.data(), nr * m.cols);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n_tokens), int(nr), int(m.cols), 1.0f, x,
@@ -101,9 +104,9 @@ bool avx2_usable() {
 }
 #endif
 
-void matmul_ref(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
-  const Matrix m = check_matrix(w, "matmul");
-  check_count(w, "matmul", "token", n_tokens);
+namespace {
+
+void ref_rows(const Matrix& m, const float* x, int64_t n_tokens, float* y) {
   const int nth = omp_get_max_threads();
   std::vector<float> rows_f32(size_t(nth) * size_t(m.cols));  // one decoded row per thread
 #pragma omp parallel num_threads(nth) if (m.rows * m.cols * n_tokens >= kParallelWork)
@@ -111,7 +114,7 @@ void matmul_ref(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
     float* row = rows_f32.data() + size_t(omp_get_thread_num()) * size_t(m.cols);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < m.rows; ++r) {
-      m.type->to_float(w.data + uint64_t(r) * m.row_bytes, row, m.cols);
+      m.type->to_float(m.data + uint64_t(r) * m.row_bytes, row, m.cols);
       for (int64_t t = 0; t < n_tokens; ++t) {
         const float* xt = x + t * m.cols;
         double s = 0.0;
@@ -122,14 +125,43 @@ void matmul_ref(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
   }
 }
 
+// PTQ1_0 weights hold the same values as PQ2_0 blocks of the same scales (avx2::ptq1_to_pq2): the
+// AVX2 path's copy of them (pack_weights), 34 bytes per 28.
+uint64_t pq2_copy_bytes(const Tensor& w) {
+  return w.type == TypeId::PTQ1_0 ? w.nbytes / sizeof(block_ptq1_0) * sizeof(block_pq2_0) : 0;
+}
+
+// m, or w's copy in its own type where `copy` is the PQ2_0 one of PTQ1_0 weights.
+Matrix reading(const Tensor& w, Matrix m, std::span<const uint8_t> copy) {
+  if (copy.empty() || copy.size() != pq2_copy_bytes(w)) return m;
+  m.type = find_type(uint32_t(TypeId::PQ2_0));
+  m.row_bytes = *row_bytes(TypeId::PQ2_0, uint64_t(m.cols));
+  m.data = copy.data();
+  return m;
+}
+
+}  // namespace
+
+void matmul_ref(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
+  const Matrix m = check_matrix(w, "matmul");
+  check_count(w, "matmul", "token", n_tokens);
+  ref_rows(m, x, n_tokens, y);
+}
+
 std::span<const uint8_t> pack_weights(const Tensor& w, HugePageArena& pages) {
 #if BONSAI_CPU_AVX2
   const Matrix m = check_matrix(w, "pack_weights");
-  if (matmul_path_taken() == MatmulPath::avx512 && avx512::scratch_bytes(w.type, m.cols, 1) > 0) {
+  const MatmulPath path = matmul_path_taken();
+  if (path == MatmulPath::avx512 && avx512::scratch_bytes(w.type, m.cols, 1) > 0) {
     uint8_t* out = pages.allocate(w.nbytes);
     if (avx512::packs(w.type, m.cols)) avx512::pack_ptq1(w.data, m.rows, m.cols, out);
     else std::memcpy(out, w.data, w.nbytes);
     return {out, size_t(w.nbytes)};
+  }
+  if (path == MatmulPath::avx2 && pq2_copy_bytes(w) > 0) {
+    uint8_t* out = pages.allocate(pq2_copy_bytes(w));
+    avx2::ptq1_to_pq2(w.data, int64_t(w.nbytes / sizeof(block_ptq1_0)), out);
+    return {out, size_t(pq2_copy_bytes(w))};
   }
 #else
   (void)w, (void)pages;
@@ -191,18 +223,19 @@ bool matmul_wide(const Tensor* const* w, float* const* y, int count, const Matri
 }
 
 // One product on the AVX2 kernels, float kernels or the reference, whichever this CPU and type take.
-void matmul_one(const Tensor& w, const Matrix& m, const float* x, int64_t n_tokens, float* y) {
-  if (n_tokens >= kGemmTokens && float_weights(w.type)) return matmul_gemm(w, m, x, n_tokens, y);
+void matmul_one(const Matrix& m, const float* x, int64_t n_tokens, float* y) {
+  const TypeId type = m.type->id;
+  if (n_tokens >= kGemmTokens && float_weights(type)) return matmul_gemm(m, x, n_tokens, y);
 #if BONSAI_CPU_AVX2
   if (matmul_path_taken() >= MatmulPath::avx2) {
-    if (const ActLayout* layout = act_layout(w.type)) {
-      if (avx2::matmul_q8(w.type, w.data, m.rows, m.cols, view_of(quantized(*layout, x, m.cols, n_tokens)), y)) return;
-    } else if (avx2::matmul_float(w.type, w.data, m.rows, m.cols, x, n_tokens, y)) {
+    if (const ActLayout* layout = act_layout(type)) {
+      if (avx2::matmul_q8(type, m.data, m.rows, m.cols, view_of(quantized(*layout, x, m.cols, n_tokens)), y)) return;
+    } else if (avx2::matmul_float(type, m.data, m.rows, m.cols, x, n_tokens, y)) {
       return;
     }
   }
 #endif
-  matmul_ref(w, x, n_tokens, y);
+  ref_rows(m, x, n_tokens, y);
 }
 
 }  // namespace
@@ -218,7 +251,9 @@ void matmul_shared(const Tensor* const* w, float* const* y, int count, const flo
   if (n_tokens == 0) return;
   if (matmul_wide(w, y, count, m, x, n_tokens, packed)) return;
   for (int i = 0; i < count; ++i)
-    if (w[i]->ne[1] > 0) matmul_one(*w[i], check_matrix(*w[i], "matmul"), x, n_tokens, y[i]);
+    if (w[i]->ne[1] > 0)
+      matmul_one(reading(*w[i], check_matrix(*w[i], "matmul"), packed ? packed[i] : std::span<const uint8_t>()), x,
+                 n_tokens, y[i]);
 }
 
 void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, std::span<const uint8_t> packed) {

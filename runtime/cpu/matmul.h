@@ -1,7 +1,7 @@
 // Matrix products of stored weights with float activations, on the CPU: the kernels the runtime's
 // forward pass calls. Weights stay in their stored type (any type of formats/types.h); nothing is
-// converted ahead of time, only PTQ1_0's blocks regrouped for the AVX-512 kernel and Q8_0's copied
-// (pack_weights).
+// converted ahead of time but the kernels' copies (pack_weights): PTQ1_0's blocks regrouped for the
+// AVX-512 kernel or rewritten as PQ2_0's 2-bit codes for the AVX2 one, and Q8_0's copied.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -25,9 +25,10 @@ namespace bonsai::cpu {
 // float weights (F32/F16/BF16) use float FMA dot products (from 16 tokens on, OpenBLAS SGEMM on
 // the weights decoded to float), within ~1e-5 relative of matmul_ref.
 //
-// `packed`: pack_weights(w) (the CPU backend keeps one per weight). Where it is w's size, the kernel
-// reads it instead of w.data; a kernel that reads a regrouped layout (PTQ1_0 on the
-// AVX-512 path) without one (or with one of the wrong size) leaves the product to the AVX2 kernel.
+// `packed`: pack_weights(w) (the CPU backend keeps one per weight). Where it is the copy that
+// pack_weights makes for w, the kernel reads it instead of w.data; a kernel that reads a regrouped
+// layout (PTQ1_0 on the AVX-512 path) without one (or with one of the wrong size) leaves the
+// product to the AVX2 kernel.
 void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, std::span<const uint8_t> packed = {});
 
 // matmul of `count` weights that read the same input x (the same cols; q/k/v, gate/up): y[i] for
@@ -38,12 +39,16 @@ void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, std::sp
 void matmul_shared(const Tensor* const* w, float* const* y, int count, const float* x, int64_t n_tokens,
                    const std::span<const uint8_t>* packed);
 
-// A copy of w in this process's memory for the AVX-512 kernels, as many bytes as w: PTQ1_0's
-// regrouped for its kernel, Q8_0's as stored. A copy as stored is there for the speed of reading
-// it: the 1.8 GB of Qwen3-1.7B in Q8_0 generated about a third faster from anonymous memory than
-// from the file's mapping on the 2-core machine (docs/benchmarks.md, "Q8_0 weights read from a copy").
-// Empty where the kernel matmul_path_taken() gives the type reads w itself (other types, and every
-// type below AVX-512). The bytes are `pages`' (huge pages: huge_pages.h) and live as long as it.
+// A copy of w in this process's memory for the kernel of the path matmul_path_taken() gives.
+// AVX-512: as many bytes as w, PTQ1_0's regrouped for its kernel, Q8_0's as stored. A copy as
+// stored is there for the speed of reading it: the 1.8 GB of Qwen3-1.7B in Q8_0 generated about a
+// third faster from anonymous memory than from the file's mapping on the 2-core machine
+// (docs/benchmarks.md, "Q8_0 weights read from a copy"). AVX2: PTQ1_0's blocks as PQ2_0 blocks of
+// the same values (34 bytes per 28), which the 2-bit kernel multiplies in about half the time the
+// base-3 digits take to unpack (docs/benchmarks.md, "PTQ1_0 read as 2-bit codes on AVX2"): a token
+// reads 21% more bytes of those weights, and is still faster where, as on the 2-core Zen 3
+// machine, the base-3 kernel is bound by its arithmetic, not by memory. Empty for other types and
+// paths. The bytes are `pages`' (huge pages: huge_pages.h) and live as long as it.
 std::span<const uint8_t> pack_weights(const Tensor& w, HugePageArena& pages);
 
 // The scalar reference: every row decoded with the type table's to_float, each dot product

@@ -368,37 +368,47 @@ TEST(CpuMatmul, ResultDoesNotDependOnThreadCount) {
   omp_set_num_threads(saved);
 }
 
-// pack_weights copies exactly the weights an AVX-512 kernel reads from a copy: PTQ1_0's regrouped,
-// Q8_0's as stored (where that kernel takes the width: whole groups of four blocks). A copy that
-// is missing or of the wrong size sends a PTQ1_0 product to the AVX2 kernel and has a Q8_0 one
-// read the weight itself, so the result still holds.
-TEST(CpuMatmul, KernelCopyOnlyWhereAnAvx512KernelReadsOne) {
-  std::mt19937 rng(13);
-  const bool avx512 = cpu::matmul_path_taken() == cpu::MatmulPath::avx512;
-  for (auto [id, cols] : {std::pair{TypeId::PTQ1_0, int64_t(512)}, {TypeId::PTQ1_0, 384}, {TypeId::Q8_0, 512},
-                          {TypeId::Q8_0, 96}, {TypeId::F16, 512}}) {
-    const Weights m = make_weights(id, 5, cols, false, rng);
-    const bool copies = avx512 && (id == TypeId::PTQ1_0 || (id == TypeId::Q8_0 && cols % 128 == 0));
-    cpu::HugePageArena pages;
-    const auto packed = cpu::pack_weights(m.t, pages);
-    ASSERT_EQ(packed.size(), copies ? m.t.nbytes : 0) << traits(id).name << " " << cols;
-    if (copies) {
-      const bool same = std::memcmp(packed.data(), m.t.data, packed.size()) == 0;
-      EXPECT_EQ(same, id == TypeId::Q8_0) << traits(id).name << ": PTQ1_0's copy is regrouped, Q8_0's as stored";
+// pack_weights copies exactly the weights a kernel reads from a copy. AVX-512: PTQ1_0's regrouped,
+// Q8_0's as stored (where that kernel takes the width: whole groups of four blocks). AVX2: PTQ1_0's
+// as PQ2_0 blocks that decode to the very same floats. A copy that is missing or of the wrong size
+// sends a PTQ1_0 product to the AVX2 kernel of the stored blocks and has a Q8_0 one read the weight
+// itself, so the result still holds.
+TEST(CpuMatmul, KernelCopyOnlyWhereAKernelReadsOne) {
+  on_each_path([](const std::string& path) {
+    std::mt19937 rng(13);
+    const bool avx512 = cpu::matmul_path_taken() == cpu::MatmulPath::avx512;
+    for (auto [id, cols] : {std::pair{TypeId::PTQ1_0, int64_t(512)}, {TypeId::PTQ1_0, 384}, {TypeId::Q8_0, 512},
+                            {TypeId::Q8_0, 96}, {TypeId::F16, 512}}) {
+      for (const bool encoded : {true, false}) {
+        const Weights m = make_weights(id, 5, cols, encoded, rng);
+        const std::string what = path + " " + traits(id).name + " " + std::to_string(cols) + " " + kinds[encoded ? 0 : 1];
+        const uint64_t pq2_bytes = m.t.nbytes / sizeof(block_ptq1_0) * sizeof(block_pq2_0);
+        const uint64_t copy_bytes = !avx512 ? (id == TypeId::PTQ1_0 ? pq2_bytes : 0)
+                                    : id == TypeId::PTQ1_0 || (id == TypeId::Q8_0 && cols % 128 == 0) ? m.t.nbytes
+                                                                                                       : 0;
+        cpu::HugePageArena pages;
+        const auto packed = cpu::pack_weights(m.t, pages);
+        ASSERT_EQ(packed.size(), copy_bytes) << what;
+        if (avx512 && copy_bytes > 0) {
+          const bool same = std::memcmp(packed.data(), m.t.data, packed.size()) == 0;
+          EXPECT_EQ(same, id == TypeId::Q8_0) << what << ": PTQ1_0's copy is regrouped, Q8_0's as stored";
+        }
+        if (!avx512 && copy_bytes > 0) {  // every value of the weight, bit for bit, as PQ2_0 decodes it
+          std::vector<float> stored(size_t(cols * 5)), copied(stored.size());
+          traits(TypeId::PTQ1_0).to_float(m.t.data, stored.data(), int64_t(stored.size()));
+          traits(TypeId::PQ2_0).to_float(packed.data(), copied.data(), int64_t(copied.size()));
+          EXPECT_EQ(0, std::memcmp(stored.data(), copied.data(), stored.size() * sizeof(float))) << what;
+        }
+        const auto x = random_x(cols * 2, rng);
+        std::vector<float> y(size_t(m.rows() * 2));
+        const std::vector<uint8_t> wrong(3);
+        for (const std::span<const uint8_t> p : {packed, std::span<const uint8_t>(wrong), std::span<const uint8_t>()}) {
+          cpu::matmul(m.t, x.data(), 2, y.data(), p);
+          EXPECT_EQ(mismatch(m, x, 2, y), "") << what;
+        }
+      }
     }
-    const auto x = random_x(cols * 2, rng);
-    std::vector<float> y(size_t(m.rows() * 2));
-    const std::vector<uint8_t> wrong(3);
-    for (const std::span<const uint8_t> p : {packed, std::span<const uint8_t>(wrong), std::span<const uint8_t>()}) {
-      cpu::matmul(m.t, x.data(), 2, y.data(), p);
-      EXPECT_EQ(mismatch(m, x, 2, y), "") << traits(id).name << " " << cols;
-    }
-  }
-  const cpu::MatmulPath before = cpu::cap_matmul_path(cpu::MatmulPath::avx2);
-  cpu::HugePageArena pages;
-  EXPECT_TRUE(cpu::pack_weights(make_weights(TypeId::PTQ1_0, 2, 512, false, rng).t, pages).empty()) << "AVX2 reads the blocks";
-  EXPECT_TRUE(cpu::pack_weights(make_weights(TypeId::Q8_0, 2, 512, false, rng).t, pages).empty()) << "AVX2 reads the blocks";
-  cpu::cap_matmul_path(before);
+  });
 }
 
 // Where a copy is given, the kernel reads it and not the weight: a product handed another

@@ -6,6 +6,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/bench.h"
+#include "runtime/cpu/matmul.h"
 #include "runtime/load.h"
 #include "runtime/synth.h"
 #include "support.h"
@@ -58,21 +59,30 @@ class ScriptedBandwidth : public Backend {
   int next_ = 0;
 };
 
+// A synthetic model of the tiny size whose block matrices are of `type`.
+auto tiny_model(TypeId type) {
+  const std::string path = (test::scratch_dir() / (std::string("bench-tiny-") + traits(type).name + ".gguf")).string();
+  SynthOptions so;
+  so.size = "tiny";
+  so.type = type;
+  synth_model(so, path);
+  return load_model(path);
+}
+
+BenchOptions short_run(int64_t tokens, int reps) {
+  BenchOptions o;
+  o.n_prompt = tokens;
+  o.n_gen = tokens;
+  o.reps = reps;
+  return o;
+}
+
 }  // namespace
 
 TEST(Bench, JudgesEachRepetitionAgainstTheBandwidthProbedAroundIt) {
-  const std::string path = (test::scratch_dir() / "bench-tiny.gguf").string();
-  SynthOptions so;
-  so.size = "tiny";
-  so.type = TypeId::Q8_0;
-  synth_model(so, path);
-  const auto m = load_model(path);
+  const auto m = tiny_model(TypeId::Q8_0);
   ScriptedBandwidth be({1, 2, 10, 30, 100, 60});  // the warm-up's two, then two per timed rep
-  BenchOptions o;
-  o.n_prompt = 4;
-  o.n_gen = 4;
-  o.reps = 2;
-  const BenchResult r = bench(*m, be, o);
+  const BenchResult r = bench(*m, be, short_run(4, 2));
 
   ASSERT_EQ(be.probes_taken(), 6) << "one probe before and one after each generation, the warm-up's too";
   ASSERT_EQ(r.reps.size(), 2u);
@@ -91,4 +101,20 @@ TEST(Bench, JudgesEachRepetitionAgainstTheBandwidthProbedAroundIt) {
   EXPECT_DOUBLE_EQ(r.roofline_tps, 50e9 / bytes);
   EXPECT_GT(r.reps[0].tg_tps, 0);
   EXPECT_GT(r.pp_tps, 0);
+}
+
+// The roofline is the stored format's; the bytes the kernels read are reported beside it. On the
+// AVX2 path the CPU reads PTQ1_0 as PQ2_0 codes (34 bytes per 28); elsewhere what is stored.
+TEST(Bench, ReportsTheBytesTheKernelsReadBesideTheStoredOnes) {
+  const auto m = tiny_model(TypeId::PTQ1_0);
+  auto be = make_backend("cpu", 1);
+  const BenchResult r = bench(*m, *be, short_run(2, 1));
+  uint64_t ptq1 = 0;
+  for (const LayerWeights& l : m->layers)
+    for (const Tensor* t : {l.wq, l.wk, l.wv, l.wo, l.gate, l.up, l.down})
+      if (t->type == TypeId::PTQ1_0) ptq1 += t->nbytes;
+  ASSERT_GT(ptq1, 0u) << "the tiny model's block matrices are PTQ1_0";
+  EXPECT_EQ(r.bytes_per_token, weight_bytes_per_token(*m));
+  const bool pq2_copies = cpu::matmul_path_taken() == cpu::MatmulPath::avx2;
+  EXPECT_EQ(r.read_bytes_per_token, r.bytes_per_token + (pq2_copies ? ptq1 / 28 * 6 : 0));
 }
