@@ -198,13 +198,11 @@ inline __m256i mul32(__m256i code, const int8_t* q) {
                 : _mm256_maddubs_epi16(code, a);
 }
 
-// How far ahead a lone token's row asks for its weights, one prefetch per block: it must cover
-// the memory's latency at the rate one core eats weights. With the hardware prefetcher alone
-// these loops waited on memory: on the 2-core Zen 3 machine Q8_0's tg rose 1.20x with it, from
-// 65.5% to 76.1% of the roofline (docs/benchmarks.md, "Software prefetch on the AVX2 path"); the
-// float kernels, bound by their loads, did not gain from it. Past a run's last row the prefetches read
-// a few KB in vain, and cannot fault.
-constexpr int64_t kPrefetchBytes = 4096;
+// A lone token's row asks for its weights kPrefetchBytes ahead (row_tiles.h), one prefetch per
+// block: with the hardware prefetcher alone these loops waited on memory. On the 2-core Zen 3
+// machine Q8_0's tg rose 1.20x with it, from 65.5% to 76.1% of the roofline (docs/benchmarks.md,
+// "Software prefetch on the AVX2 path"); the float kernels, bound by their loads, did not gain.
+using tiles::kPrefetchBytes;
 
 // One weight row against T tokens' activations; out[t] for t < T. Each block is unpacked once
 // for all T tokens, and its int16 sums become float once per block (one activation scale per

@@ -209,7 +209,7 @@ float reduce1(__m512 v) { return _mm_cvtss_f32(reduce4(v, v, v, v)); }
 // probed around each repetition; prefetch distance, range stealing"). The hardware prefetcher
 // alone leaves this compute-heavy loop waiting on memory; past a run's last row the prefetches
 // read a few KB in vain, and cannot fault.
-constexpr int64_t kPrefetchBytes = 4096;
+using tiles::kPrefetchBytes;
 // Whether R rows against T tokens prefetch, decided at compile time: a lone row comes only at the
 // end of a tile, several tokens' rows meet each weight line four times, and a run-time test on
 // the distance made a lone row take 40% longer (scratch harness, from L1).

@@ -15,6 +15,11 @@ namespace bonsai::cpu::tiles {
 constexpr int64_t kTileBytes = int64_t(128) << 10;
 // Tokens sharing one pass over a weight row: their activations sit in L1 meanwhile.
 constexpr int kTokens = 4;
+// How far ahead a lone token's rows ask for their weights (software prefetch, in both kernel
+// files): it must cover the memory's latency at the rate one core eats weights (kernels_avx512.cpp
+// and kernels_avx2.cpp say what it gained on each machine). Past a run's last row the prefetches
+// read a few KB in vain, and cannot fault.
+constexpr int64_t kPrefetchBytes = 4096;
 
 constexpr int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
