@@ -13,6 +13,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <cstddef>
 #include <cstring>
 
 #include "formats/blocks.h"
@@ -37,7 +38,8 @@ inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline __m256i both_halves(__m128i lo, __m128i hi) { return _mm256_set_m128i(hi, lo); }
 
-// ---- unpackers: K::codes(block, c) fills c[K::kSub] with 32 codes each, in position order ----
+// ---- unpackers: K::codes(qs, c) fills c[K::kSub] with 32 codes each, in position order, from a
+// block's code bytes (its qs, then its qh where the type has one: all of the block but its scale) ----
 
 // Base-3 digits (spec §1.5): digit n of byte b is ((b * 3^n) mod 256) * 3 >> 8. With b in a 16-bit
 // lane, mullo by 3^n << 8 leaves (b * 3^n mod 256) << 8, and mulhi_epu16 by 3 is the "* 3 >> 8".
@@ -68,10 +70,10 @@ struct KPTQ1 {
   using Block = block_ptq1_0;
   static constexpr int kSub = 4;
   static constexpr bool kSigned = false;
-  static void codes(const Block& b, __m256i* c) {
-    const __m128i hi = load16(b.qs + 8);  // qs[8..23], i.e. stage-8 bytes at 8..15 (whole block: 28 B)
-    const __m128i h2 = _mm_loadu_si16(b.qh);
-    const __m256i a = _mm256_cvtepu8_epi16(load16(b.qs));
+  static void codes(const uint8_t* qs, __m256i* c) {
+    const __m128i hi = load16(qs + 8);  // qs[8..23], i.e. stage-8 bytes at 8..15 (whole block: 28 B)
+    const __m128i h2 = _mm_loadu_si16(qs + sizeof(Block::qs));  // qh
+    const __m256i a = _mm256_cvtepu8_epi16(load16(qs));
     const __m256i bb = _mm256_cvtepu8_epi16(_mm_unpackhi_epi64(hi, hi));
     // stage-8 bytes then qh0,qh1 four times
     const __m256i bh = _mm256_cvtepu8_epi16(_mm_unpackhi_epi64(hi, _mm_shuffle_epi8(h2, _mm_set1_epi16(0x0100))));
@@ -93,13 +95,13 @@ struct KTQ1 {
   using Block = block_tq1_0;
   static constexpr int kSub = 8;
   static constexpr bool kSigned = false;
-  static void codes(const Block& b, __m256i* c) {
-    const __m256i s32 = load32(b.qs);
+  static void codes(const uint8_t* qs, __m256i* c) {
+    const __m256i s32 = load32(qs);
     const __m256i lo = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(s32));
     const __m256i hi = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(s32, 1));
-    const __m256i s16 = _mm256_cvtepu8_epi16(load16(b.qs + 32));
+    const __m256i s16 = _mm256_cvtepu8_epi16(load16(qs + 32));
     int32_t qh;
-    std::memcpy(&qh, b.qh, 4);
+    std::memcpy(&qh, qs + sizeof(Block::qs), 4);
     const __m256i h = _mm256_cvtepu8_epi16(_mm_set1_epi32(qh));
     for (int n = 0; n < 5; ++n) c[n] = pack(trits(lo, pow3(n)), trits(hi, pow3(n)));
     c[5] = pack(trits(s16, pow3(0)), trits(s16, pow3(1)));
@@ -117,10 +119,10 @@ struct KTQ2 {
   using Block = block_tq2_0;
   static constexpr int kSub = 8;
   static constexpr bool kSigned = false;
-  static void codes(const Block& b, __m256i* c) {
+  static void codes(const uint8_t* qs, __m256i* c) {
     const __m256i m3 = _mm256_set1_epi8(3);
     for (int h = 0; h < 2; ++h) {
-      const __m256i x = load32(b.qs + 32 * h);
+      const __m256i x = load32(qs + 32 * h);
       c[4 * h + 0] = _mm256_and_si256(x, m3);
       c[4 * h + 1] = _mm256_and_si256(_mm256_srli_epi16(x, 2), m3);
       c[4 * h + 2] = _mm256_and_si256(_mm256_srli_epi16(x, 4), m3);
@@ -137,14 +139,14 @@ struct K2bit {
   using Block = block_2bit<QK>;
   static constexpr int kSub = QK / 32;
   static constexpr bool kSigned = false;
-  static void codes(const Block& b, __m256i* c) {
+  static void codes(const uint8_t* qs, __m256i* c) {
     const __m256i m3 = _mm256_set1_epi8(3);
     if constexpr (QK == 128) {
-      const __m256i x = load32(b.qs);
+      const __m256i x = load32(qs);
       for (int n = 0; n < 4; ++n) c[n] = _mm256_and_si256(_mm256_srli_epi16(x, 2 * n), m3);
     } else {
       static_assert(QK == 64, "2-bit kernel for groups of 64 or 128");
-      const __m128i x = load16(b.qs);
+      const __m128i x = load16(qs);
       const __m256i y = both_halves(x, _mm_srli_epi16(x, 2));
       c[0] = _mm256_and_si256(y, m3);
       c[1] = _mm256_and_si256(_mm256_srli_epi16(y, 4), m3);
@@ -160,8 +162,8 @@ struct KQ1 {
   using Block = block_q1_0;
   static constexpr int kSub = 4;
   static constexpr bool kSigned = false;
-  static void codes(const Block& b, __m256i* c) {
-    const __m128i x = load16(b.qs);
+  static void codes(const uint8_t* qs, __m256i* c) {
+    const __m128i x = load16(qs);
     const __m256i y = both_halves(_mm_slli_epi16(x, 1), x);
     const __m256i m2 = _mm256_set1_epi8(2);
     for (int k = 0; k < 4; ++k) c[k] = _mm256_and_si256(_mm256_srli_epi16(y, 2 * k), m2);
@@ -173,8 +175,8 @@ struct KQ4 {
   using Block = block_q4_0;
   static constexpr int kSub = 1;
   static constexpr bool kSigned = false;
-  static void codes(const Block& b, __m256i* c) {
-    const __m128i x = load16(b.qs);
+  static void codes(const uint8_t* qs, __m256i* c) {
+    const __m128i x = load16(qs);
     c[0] = _mm256_and_si256(both_halves(x, _mm_srli_epi16(x, 4)), _mm256_set1_epi8(15));
   }
 };
@@ -184,7 +186,7 @@ struct KQ8 {
   using Block = block_q8_0;
   static constexpr int kSub = 1;
   static constexpr bool kSigned = true;
-  static void codes(const Block& b, __m256i* c) { c[0] = load32(b.qs); }
+  static void codes(const uint8_t* qs, __m256i* c) { c[0] = load32(qs); }
 };
 
 // code*q over 32 positions as 16 int16 pair sums. maddubs takes unsigned x signed bytes; pair
@@ -198,6 +200,44 @@ inline __m256i mul32(__m256i code, const int8_t* q) {
                 : _mm256_maddubs_epi16(code, a);
 }
 
+// ---- rows: where a row's blocks keep their scales and code bytes ----
+
+// A row as stored: nb blocks, each its scale and its code bytes.
+template <class K>
+struct StoredRow {
+  static constexpr bool kSplit = false;
+  using Block = typename K::Block;
+  const uint8_t* p;
+  StoredRow(const uint8_t* row, int64_t) : p(row) {}
+  const uint8_t* codes(int64_t i) const { return reinterpret_cast<const uint8_t*>(block(i).qs); }
+  float scale(int64_t i) const { return _cvtsh_ss(block(i).d); }
+  const Block& block(int64_t i) const { return reinterpret_cast<const Block*>(p)[i]; }
+};
+
+// A row split (split_rows): its nb scales first, then its blocks' code bytes one after another,
+// so that one load takes eight blocks' scales.
+template <class K>
+struct SplitRow {
+  static constexpr bool kSplit = true;
+  static constexpr int64_t kCodeBytes = int64_t(sizeof(typename K::Block)) - 2;
+  const uint8_t* p;
+  int64_t nb;
+  SplitRow(const uint8_t* row, int64_t blocks) : p(row), nb(blocks) {}
+  const uint8_t* codes(int64_t i) const { return p + 2 * nb + i * kCodeBytes; }
+  float scale(int64_t i) const {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    return _cvtsh_ss(h);
+  }
+  // Blocks i..i+7's scales as floats; lanes from `live` on 0.
+  __m256 scales(int64_t i, int live) const {
+    if (live == 8) return _mm256_cvtph_ps(load16(p + 2 * i));
+    uint16_t h[8] = {};
+    std::memcpy(h, p + 2 * i, size_t(2 * live));
+    return _mm256_cvtph_ps(load16(h));
+  }
+};
+
 // A lone token's row asks for its weights kPrefetchBytes ahead (row_tiles.h), one prefetch per
 // block: with the hardware prefetcher alone these loops waited on memory. On the 2-core Zen 3
 // machine Q8_0's tg rose 1.20x with it, from 65.5% to 76.1% of the roofline (docs/benchmarks.md,
@@ -206,12 +246,14 @@ using tiles::kPrefetchBytes;
 
 // One weight row against T tokens' activations; out[t] for t < T. Each block is unpacked once
 // for all T tokens, and its int16 sums become float once per block (one activation scale per
-// block, act_quant.h).
-template <class K, int T>
-void dot_q8(const uint8_t* row, int64_t nb, const ActView& a, int64_t t0, float* out) {
-  using Block = typename K::Block;
+// block, act_quant.h). Split rows take their blocks' weight scales eight at a time, and with them
+// the products with the activations' scales and corrections: three vector operations per token
+// for eight blocks, where stored rows take each block's scale alone. (Stored rows gathering eight
+// scales from eight blocks were slower: TQ2_0's tg lost a tenth, each row's first products
+// waiting on its last blocks.)
+template <class K, class Rows, int T>
+void dot_q8(const Rows& row, int64_t nb, const ActView& a, int64_t t0, float* out) {
   constexpr int kQK = 32 * K::kSub;
-  const auto* w = reinterpret_cast<const Block*>(row);
   const int8_t* q[T];
   const float* d[T];
   const float* corr[T];
@@ -223,33 +265,57 @@ void dot_q8(const uint8_t* row, int64_t nb, const ActView& a, int64_t t0, float*
   // Blocks of 32 (Q8_0, Q4_0) are short: alternate two accumulators so that consecutive blocks'
   // FMAs do not wait on each other.
   constexpr int kAcc = K::kSub == 1 ? 2 : 1;
-  __m256 acc[kAcc][T];
+  __m256 acc[kAcc][T], c8[T];
   float c[T];
+  alignas(32) float dd[T][8];  // split rows: weight scale x activation scale of the next eight blocks
   for (int t = 0; t < T; ++t) {
     for (int u = 0; u < kAcc; ++u) acc[u][t] = _mm256_setzero_ps();
+    c8[t] = _mm256_setzero_ps();
     c[t] = 0.0f;
   }
-  auto block = [&](int64_t i, __m256* acc_u) {
-    if constexpr (T == 1) _mm_prefetch(reinterpret_cast<const char*>(w + i) + kPrefetchBytes, _MM_HINT_T0);
+  // Block i against every token: split rows scaled by dd[.][j], stored ones by their scale dw.
+  auto block = [&](int64_t i, int j, float dw, __m256* acc_u) {
+    const uint8_t* w = row.codes(i);
+    if constexpr (T == 1) _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes, _MM_HINT_T0);
     __m256i codes[K::kSub];
-    K::codes(w[i], codes);
-    const float dw = _cvtsh_ss(w[i].d);
+    K::codes(w, codes);
     for (int t = 0; t < T; ++t) {
       const int8_t* qi = q[t] + i * kQK;
       __m256i s = mul32<K::kSigned>(codes[0], qi);
-      for (int j = 1; j < K::kSub; ++j) s = _mm256_add_epi16(s, mul32<K::kSigned>(codes[j], qi + 32 * j));
+      for (int k = 1; k < K::kSub; ++k) s = _mm256_add_epi16(s, mul32<K::kSigned>(codes[k], qi + 32 * k));
       const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, _mm256_set1_epi16(1)));
-      acc_u[t] = _mm256_fmadd_ps(f, _mm256_set1_ps(dw * d[t][i]), acc_u[t]);
-      if constexpr (!K::kSigned) c[t] += dw * corr[t][i];
+      if constexpr (Rows::kSplit) {
+        acc_u[t] = _mm256_fmadd_ps(f, _mm256_broadcast_ss(&dd[t][j]), acc_u[t]);
+      } else {
+        acc_u[t] = _mm256_fmadd_ps(f, _mm256_set1_ps(dw * d[t][i]), acc_u[t]);
+        if constexpr (!K::kSigned) c[t] += dw * corr[t][i];
+      }
     }
   };
-  int64_t i = 0;
-  for (; i + kAcc <= nb; i += kAcc)
-    for (int u = 0; u < kAcc; ++u) block(i + u, acc[u]);
-  for (; i < nb; ++i) block(i, acc[0]);
+  // Blocks i0..i0+n-1, kAcc at a time into the kAcc accumulators.
+  auto blocks = [&](int64_t i0, int n) {
+    int j = 0;
+    for (; j + kAcc <= n; j += kAcc)
+      for (int u = 0; u < kAcc; ++u) block(i0 + j + u, j + u, Rows::kSplit ? 0.0f : row.scale(i0 + j + u), acc[u]);
+    for (; j < n; ++j) block(i0 + j, j, Rows::kSplit ? 0.0f : row.scale(i0 + j), acc[0]);
+  };
+  if constexpr (Rows::kSplit) {
+    for (int64_t i0 = 0; i0 < nb; i0 += 8) {
+      const int live = int(min64(8, nb - i0));
+      const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(live), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      const __m256 dw = row.scales(i0, live);
+      for (int t = 0; t < T; ++t) {
+        _mm256_store_ps(dd[t], _mm256_mul_ps(dw, _mm256_maskload_ps(d[t] + i0, lanes)));
+        if constexpr (!K::kSigned) c8[t] = _mm256_fmadd_ps(dw, _mm256_maskload_ps(corr[t] + i0, lanes), c8[t]);
+      }
+      blocks(i0, live);
+    }
+  } else {
+    blocks(0, int(nb));
+  }
   for (int u = 1; u < kAcc; ++u)
     for (int t = 0; t < T; ++t) acc[0][t] = _mm256_add_ps(acc[0][t], acc[u][t]);
-  for (int t = 0; t < T; ++t) out[t] = hsum(acc[0][t]) - c[t];
+  for (int t = 0; t < T; ++t) out[t] = hsum(acc[0][t]) - (Rows::kSplit ? hsum(c8[t]) : c[t]);
 }
 
 // ---- prompts: codes unpacked once per tile of rows ----
@@ -311,7 +377,7 @@ void dot_codes(const uint8_t* codes, const float* dw, int64_t nb, const uint8_t*
 // last group is shifted back to end at the last token (n_tokens >= T): the tokens it shares with
 // the group before get the same sums again. Each tile is one thread's, so the thread count
 // cannot change a bit. False (nothing computed) for rows too wide for one tile.
-template <class K>
+template <class K, class Rows>
 bool gemm_q8(const uint8_t* w, int64_t rows, int64_t cols, const ActView& a, float* y) {
   using Block = typename K::Block;
   constexpr int kQK = 32 * K::kSub;
@@ -334,13 +400,13 @@ bool gemm_q8(const uint8_t* w, int64_t rows, int64_t cols, const ActView& a, flo
     float dw[kCodeTileBytes / kQK];
     const int64_t r0 = i * tile, nr = min64(tile, rows - r0);
     for (int64_t r = 0; r < nr; ++r) {
-      const auto* blk = reinterpret_cast<const Block*>(w + (r0 + r) * rb);
+      const Rows row(w + (r0 + r) * rb, nb);
       for (int64_t b = 0; b < nb; ++b) {
         __m256i c[K::kSub];
-        K::codes(blk[b], c);
+        K::codes(row.codes(b), c);
         for (int j = 0; j < K::kSub; ++j)
           _mm256_store_si256(reinterpret_cast<__m256i*>(codes + r * cols + b * kQK + 32 * j), c[j]);
-        dw[r * nb + b] = _cvtsh_ss(blk[b].d);
+        dw[r * nb + b] = row.scale(b);
       }
     }
     for (int64_t g = 0; g < groups; ++g) {
@@ -444,20 +510,20 @@ void dot_float2(const uint8_t* row, int64_t rb, const float* x, int64_t cols, fl
     }
 }
 
-template <class K>
+template <class K, class Rows = StoredRow<K>>
 void run_q8(const uint8_t* w, int64_t rows, int64_t cols, const ActView& a, float* y) {
   if constexpr (!K::kSigned)
-    if (a.n_tokens >= kGemmTokens && gemm_q8<K>(w, rows, cols, a, y)) return;
+    if (a.n_tokens >= kGemmTokens && gemm_q8<K, Rows>(w, rows, cols, a, y)) return;
   const int64_t nb = cols / (32 * K::kSub);
   const int64_t rb = nb * int64_t(sizeof(typename K::Block));
   for_rows<1>(rows, a.n_tokens, rb, cols, [&](int64_t r, int, int64_t t0, int nt) {
     float out[kTokens];
-    const uint8_t* row = w + r * rb;
+    const Rows row(w + r * rb, nb);
     switch (nt) {
-      case 1: dot_q8<K, 1>(row, nb, a, t0, out); break;
-      case 2: dot_q8<K, 2>(row, nb, a, t0, out); break;
-      case 3: dot_q8<K, 3>(row, nb, a, t0, out); break;
-      default: dot_q8<K, 4>(row, nb, a, t0, out); break;
+      case 1: dot_q8<K, Rows, 1>(row, nb, a, t0, out); break;
+      case 2: dot_q8<K, Rows, 2>(row, nb, a, t0, out); break;
+      case 3: dot_q8<K, Rows, 3>(row, nb, a, t0, out); break;
+      default: dot_q8<K, Rows, 4>(row, nb, a, t0, out); break;
     }
     for (int t = 0; t < nt; ++t) y[(t0 + t) * rows + r] = out[t];
   });
@@ -551,7 +617,12 @@ void quantize_act(const int32_t* elem, int qk, int offset, const float* x, int64
   }
 }
 
-bool matmul_q8(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const ActView& a, float* y) {
+bool matmul_q8(TypeId type, bool split, const uint8_t* w, int64_t rows, int64_t cols, const ActView& a, float* y) {
+  if (split) switch (type) {
+      case TypeId::Q8_0: run_q8<KQ8, SplitRow<KQ8>>(w, rows, cols, a, y); return true;
+      case TypeId::PQ2_0: run_q8<K2bit<QK_PQ2_0>, SplitRow<K2bit<QK_PQ2_0>>>(w, rows, cols, a, y); return true;
+      default: return false;
+    }
   switch (type) {
     case TypeId::Q8_0: run_q8<KQ8>(w, rows, cols, a, y); return true;
     case TypeId::Q4_0: run_q8<KQ4>(w, rows, cols, a, y); return true;
@@ -565,29 +636,42 @@ bool matmul_q8(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const 
   }
 }
 
-void ptq1_to_pq2(const uint8_t* src, int64_t nblocks, uint8_t* dst) {
-  static_assert(QK_PTQ1_0 == QK_PQ2_0, "one PQ2_0 block per PTQ1_0 block");
-  const auto* in = reinterpret_cast<const block_ptq1_0*>(src);
-  auto* out = reinterpret_cast<block_pq2_0*>(dst);
+bool split_rows(TypeId type, const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) {
+  static_assert(QK_PTQ1_0 == QK_PQ2_0 && sizeof(block_pq2_0) == sizeof(block_q8_0), "34-byte blocks out");
+  constexpr int64_t kOut = sizeof(block_q8_0), kCodes = kOut - 2;
+  if (type != TypeId::Q8_0 && type != TypeId::PTQ1_0) return false;
+  const bool ptq1 = type == TypeId::PTQ1_0;
+  const int64_t in = ptq1 ? sizeof(block_ptq1_0) : sizeof(block_q8_0);
+  const int64_t nb = cols / (ptq1 ? QK_PTQ1_0 : QK8_0), blocks = rows * nb;
   // Element j of PQ2_0 is bits 2(j%4) of byte j/4, so a byte is four consecutive codes c0..c3
   // weighed 1, 4, 16, 64: maddubs and madd sum them within each dword of element-ordered codes.
   const __m256i weights = _mm256_set1_epi32(0x40100401);
   const __m256i ones = _mm256_set1_epi16(1);
-#pragma omp parallel for schedule(static) if (nblocks >= kParallelWork / QK_PTQ1_0)
-  for (int64_t i = 0; i < nblocks; ++i) {
-    __m256i c[KPTQ1::kSub], b[KPTQ1::kSub];
-    KPTQ1::codes(in[i], c);
+#pragma omp parallel for schedule(static) if (blocks >= kParallelWork / QK_PTQ1_0)
+  for (int64_t i = 0; i < blocks; ++i) {
+    const int64_t r = i / nb, b = i % nb;
+    const uint8_t* blk = src + i * in;
+    uint8_t* row = dst + r * nb * kOut;
+    uint8_t* codes = row + 2 * nb + b * kCodes;
+    if (!ptq1) {
+      std::memcpy(row + 2 * b, blk + offsetof(block_q8_0, d), 2);
+      std::memcpy(codes, blk + offsetof(block_q8_0, qs), kCodes);
+      continue;
+    }
+    std::memcpy(row + 2 * b, blk + offsetof(block_ptq1_0, d), 2);
+    __m256i c[KPTQ1::kSub], w[KPTQ1::kSub];
+    KPTQ1::codes(blk + offsetof(block_ptq1_0, qs), c);
     for (int k = 0; k < KPTQ1::kSub; ++k) {
       // base3_packed order -> element order: the 8-byte quarters come as a0 b0 a1 b1 (pack()).
       const __m256i e = _mm256_permute4x64_epi64(c[k], 0xd8);
-      b[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(e, weights), ones);  // 8 bytes, one a dword
+      w[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(e, weights), ones);  // 8 bytes, one a dword
     }
-    // dwords of b0..b3 -> 32 bytes in order; packs interleave per 128-bit half, permute undoes it.
-    const __m256i w = _mm256_packus_epi16(_mm256_packus_epi32(b[0], b[1]), _mm256_packus_epi32(b[2], b[3]));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[i].qs),
-                        _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-    out[i].d = in[i].d;
+    // dwords of w0..w3 -> 32 bytes in order; packs interleave per 128-bit half, permute undoes it.
+    const __m256i p = _mm256_packus_epi16(_mm256_packus_epi32(w[0], w[1]), _mm256_packus_epi32(w[2], w[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes),
+                        _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
   }
+  return true;
 }
 
 uint64_t read_sum(const uint64_t* p, int64_t n) {

@@ -31,19 +31,22 @@ void quantize_act(const int32_t* elem, int qk, int offset, const float* x, int64
 
 // y[t*rows + r] for a weight matrix of `rows` rows of `cols` elements stored contiguously in its
 // type. Each returns false, computing nothing, when it has no kernel for the type.
-// Int8 kernels: activations already quantized with act_layout(type).
-bool matmul_q8(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const ActView& a, float* y);
+// Int8 kernels: activations already quantized with act_layout(type). `split`: w is split_rows'
+// copy (of type Q8_0 or PQ2_0), not the weights as stored.
+bool matmul_q8(TypeId type, bool split, const uint8_t* w, int64_t rows, int64_t cols, const ActView& a, float* y);
 // Float kernels (F32, F16, BF16).
 bool matmul_float(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const float* x,
                   int64_t n_tokens, float* y);
 // n values of a float type (F32, F16, BF16) to float32, 8 at a time; false for other types.
 bool float_to_f32(TypeId type, const uint8_t* src, int64_t n, float* dst);
 
-// PTQ1_0 blocks as PQ2_0 blocks holding the same values: each base-3 code (value code - 1, the
-// scale kept) becomes a 2-bit code; 34 bytes out per 28 in. The AVX2 copy of PTQ1_0 weights
-// (matmul.h, pack_weights): the 2-bit codes cost a shift and a mask to unpack where base-3 digits
-// cost two multiplies each.
-void ptq1_to_pq2(const uint8_t* src, int64_t nblocks, uint8_t* dst);
+// The AVX2 copy of Q8_0 and PTQ1_0 weights (matmul.h, pack_weights): each row's nb fp16 scales,
+// then its blocks' codes, 32 bytes each, so that the kernel takes eight blocks' scales with one
+// load. Q8_0 keeps its bytes; PTQ1_0 becomes PQ2_0 (each base-3 code, value code - 1, a 2-bit
+// code: 34 bytes out per 28 in), whose codes cost a shift and a mask to unpack where base-3
+// digits cost two multiplies each. rows * cols / 32 * 34 or rows * cols / 128 * 34 bytes out;
+// false (nothing written) for other types.
+bool split_rows(TypeId type, const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst);
 
 // The 64-bit sum of n words read with 32-byte loads into four independent accumulators: the
 // bandwidth probe's read loop (bandwidth.cpp), fast enough that one core is bound by memory, not

@@ -21,12 +21,14 @@
 namespace bonsai::cpu {
 namespace {
 
-// A weight matrix as the kernels read it: w's own bytes, or its copy (pack_weights) in the copy's type.
+// A weight matrix as the kernels read it: w's own bytes, or its copy (pack_weights) in the copy's
+// type; `split` where that copy is the AVX2 kernel's (avx2::split_rows).
 struct Matrix {
   const TypeTraits* type;
   int64_t rows, cols;
   uint64_t row_bytes;
   const uint8_t* data;
+  bool split = false;
 };
 
 Matrix check_matrix(const Tensor& w, const char* op) {
@@ -125,18 +127,24 @@ void ref_rows(const Matrix& m, const float* x, int64_t n_tokens, float* y) {
   }
 }
 
-// PTQ1_0 weights hold the same values as PQ2_0 blocks of the same scales (avx2::ptq1_to_pq2): the
-// AVX2 path's copy of them (pack_weights), 34 bytes per 28.
-uint64_t pq2_copy_bytes(const Tensor& w) {
-  return w.type == TypeId::PTQ1_0 ? w.nbytes / sizeof(block_ptq1_0) * sizeof(block_pq2_0) : 0;
+// The AVX2 path's copy of Q8_0 and PTQ1_0 weights (pack_weights): their rows split into scales
+// and codes (avx2::split_rows), PTQ1_0's as PQ2_0 blocks of the same values, 34 bytes per 28.
+// The 64 bytes past the rows are there for the size alone: it tells this copy from the AVX-512
+// path's, which is as large as the weights (a copy is made on one path and may be read on
+// another where a test caps the path: cap_matmul_path).
+TypeId split_type(TypeId t) { return t == TypeId::PTQ1_0 ? TypeId::PQ2_0 : t; }
+uint64_t split_copy_bytes(const Tensor& w) {
+  if (w.type != TypeId::PTQ1_0 && w.type != TypeId::Q8_0) return 0;
+  return w.nbytes / find_type(uint32_t(w.type))->block_bytes * sizeof(block_q8_0) + 64;
 }
 
-// m, or w's copy in its own type where `copy` is the PQ2_0 one of PTQ1_0 weights.
+// m, or w's copy where `copy` is the AVX2 split one (read only on that path).
 Matrix reading(const Tensor& w, Matrix m, std::span<const uint8_t> copy) {
-  if (copy.empty() || copy.size() != pq2_copy_bytes(w)) return m;
-  m.type = find_type(uint32_t(TypeId::PQ2_0));
-  m.row_bytes = *row_bytes(TypeId::PQ2_0, uint64_t(m.cols));
+  if (copy.empty() || copy.size() != split_copy_bytes(w) || matmul_path_taken() != MatmulPath::avx2) return m;
+  m.type = find_type(uint32_t(split_type(w.type)));
+  m.row_bytes = *row_bytes(m.type->id, uint64_t(m.cols));
   m.data = copy.data();
+  m.split = true;
   return m;
 }
 
@@ -158,10 +166,11 @@ std::span<const uint8_t> pack_weights(const Tensor& w, HugePageArena& pages) {
     else std::memcpy(out, w.data, w.nbytes);
     return {out, size_t(w.nbytes)};
   }
-  if (path == MatmulPath::avx2 && pq2_copy_bytes(w) > 0) {
-    uint8_t* out = pages.allocate(pq2_copy_bytes(w));
-    avx2::ptq1_to_pq2(w.data, int64_t(w.nbytes / sizeof(block_ptq1_0)), out);
-    return {out, size_t(pq2_copy_bytes(w))};
+  if (path == MatmulPath::avx2 && split_copy_bytes(w) > 0) {
+    uint8_t* out = pages.allocate(split_copy_bytes(w));
+    avx2::split_rows(w.type, w.data, m.rows, m.cols, out);
+    std::memset(out + split_copy_bytes(w) - 64, 0, 64);
+    return {out, size_t(split_copy_bytes(w))};
   }
 #else
   (void)w, (void)pages;
@@ -229,7 +238,7 @@ void matmul_one(const Matrix& m, const float* x, int64_t n_tokens, float* y) {
 #if BONSAI_CPU_AVX2
   if (matmul_path_taken() >= MatmulPath::avx2) {
     if (const ActLayout* layout = act_layout(type)) {
-      if (avx2::matmul_q8(type, m.data, m.rows, m.cols, view_of(quantized(*layout, x, m.cols, n_tokens)), y)) return;
+      if (avx2::matmul_q8(type, m.split, m.data, m.rows, m.cols, view_of(quantized(*layout, x, m.cols, n_tokens)), y)) return;
     } else if (avx2::matmul_float(type, m.data, m.rows, m.cols, x, n_tokens, y)) {
       return;
     }

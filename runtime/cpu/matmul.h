@@ -1,7 +1,8 @@
 // Matrix products of stored weights with float activations, on the CPU: the kernels the runtime's
 // forward pass calls. Weights stay in their stored type (any type of formats/types.h); nothing is
 // converted ahead of time but the kernels' copies (pack_weights): PTQ1_0's blocks regrouped for the
-// AVX-512 kernel or rewritten as PQ2_0's 2-bit codes for the AVX2 one, and Q8_0's copied.
+// AVX-512 kernel, Q8_0's copied; for the AVX2 one, Q8_0's and PTQ1_0's rows split into scales and
+// codes, PTQ1_0's rewritten as PQ2_0's 2-bit codes.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -43,12 +44,15 @@ void matmul_shared(const Tensor* const* w, float* const* y, int count, const flo
 // AVX-512: as many bytes as w, PTQ1_0's regrouped for its kernel, Q8_0's as stored. A copy as
 // stored is there for the speed of reading it: the 1.8 GB of Qwen3-1.7B in Q8_0 generated about a
 // third faster from anonymous memory than from the file's mapping on the 2-core machine
-// (docs/benchmarks.md, "Q8_0 weights read from a copy"). AVX2: PTQ1_0's blocks as PQ2_0 blocks of
-// the same values (34 bytes per 28), which the 2-bit kernel multiplies in about half the time the
-// base-3 digits take to unpack (docs/benchmarks.md, "PTQ1_0 read as 2-bit codes on AVX2"): a token
-// reads 21% more bytes of those weights, and is still faster where, as on the 2-core Zen 3
-// machine, the base-3 kernel is bound by its arithmetic, not by memory. Empty for other types and
-// paths. The bytes are `pages`' (huge pages: huge_pages.h) and live as long as it.
+// (docs/benchmarks.md, "Q8_0 weights read from a copy"). AVX2: Q8_0's and PTQ1_0's rows split,
+// each row's block scales first, then its blocks' codes (avx2::split_rows; 64 bytes more than
+// the rows, a size that tells it from the AVX-512 copy), so that the kernel takes eight scales
+// with one load (docs/benchmarks.md, "Split rows on AVX2"); PTQ1_0's as PQ2_0 blocks of the same
+// values (34 bytes per 28), which the 2-bit kernel multiplies in about half the time the base-3
+// digits take to unpack (docs/benchmarks.md, "PTQ1_0 read as 2-bit codes on AVX2"): a token reads
+// 21% more bytes of those weights, and is still faster where, as on the 2-core Zen 3 machine, the
+// base-3 kernel is bound by its arithmetic, not by memory. Empty for other types and paths. The
+// bytes are `pages`' (huge pages: huge_pages.h) and live as long as it.
 std::span<const uint8_t> pack_weights(const Tensor& w, HugePageArena& pages);
 
 // The scalar reference: every row decoded with the type table's to_float, each dot product

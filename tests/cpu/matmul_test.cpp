@@ -369,8 +369,9 @@ TEST(CpuMatmul, ResultDoesNotDependOnThreadCount) {
 }
 
 // pack_weights copies exactly the weights a kernel reads from a copy. AVX-512: PTQ1_0's regrouped,
-// Q8_0's as stored (where that kernel takes the width: whole groups of four blocks). AVX2: PTQ1_0's
-// as PQ2_0 blocks that decode to the very same floats. A copy that is missing or of the wrong size
+// Q8_0's as stored (where that kernel takes the width: whole groups of four blocks). AVX2: Q8_0's
+// and PTQ1_0's in split rows (each row's scales, then its blocks' codes; PTQ1_0's as PQ2_0 codes)
+// that put together again decode to the very same floats, 64 bytes more. A copy that is missing or of the wrong size
 // sends a PTQ1_0 product to the AVX2 kernel of the stored blocks and has a Q8_0 one read the weight
 // itself, so the result still holds.
 TEST(CpuMatmul, KernelCopyOnlyWhereAKernelReadsOne) {
@@ -382,8 +383,8 @@ TEST(CpuMatmul, KernelCopyOnlyWhereAKernelReadsOne) {
       for (const bool encoded : {true, false}) {
         const Weights m = make_weights(id, 5, cols, encoded, rng);
         const std::string what = path + " " + traits(id).name + " " + std::to_string(cols) + " " + kinds[encoded ? 0 : 1];
-        const uint64_t pq2_bytes = m.t.nbytes / sizeof(block_ptq1_0) * sizeof(block_pq2_0);
-        const uint64_t copy_bytes = !avx512 ? (id == TypeId::PTQ1_0 ? pq2_bytes : 0)
+        const uint64_t split_bytes = m.t.nbytes / traits(id).block_bytes * sizeof(block_pq2_0) + 64;
+        const uint64_t copy_bytes = !avx512 ? (id == TypeId::F16 ? 0 : split_bytes)
                                     : id == TypeId::PTQ1_0 || (id == TypeId::Q8_0 && cols % 128 == 0) ? m.t.nbytes
                                                                                                        : 0;
         cpu::HugePageArena pages;
@@ -393,10 +394,18 @@ TEST(CpuMatmul, KernelCopyOnlyWhereAKernelReadsOne) {
           const bool same = std::memcmp(packed.data(), m.t.data, packed.size()) == 0;
           EXPECT_EQ(same, id == TypeId::Q8_0) << what << ": PTQ1_0's copy is regrouped, Q8_0's as stored";
         }
-        if (!avx512 && copy_bytes > 0) {  // every value of the weight, bit for bit, as PQ2_0 decodes it
+        if (!avx512 && copy_bytes > 0) {  // every value of the weight, bit for bit, as PQ2_0 / Q8_0 decode it
+          const TypeId as = id == TypeId::PTQ1_0 ? TypeId::PQ2_0 : TypeId::Q8_0;
+          const int64_t nb = cols / traits(as).block_elems, bb = traits(as).block_bytes;
+          std::vector<uint8_t> blocks(size_t(5 * nb * bb));
+          for (int64_t b = 0; b < 5 * nb; ++b) {  // block b: row b / nb; its scale, then its codes
+            const uint8_t* row = packed.data() + b / nb * nb * bb;
+            std::memcpy(&blocks[size_t(b * bb)], row + 2 * (b % nb), 2);
+            std::memcpy(&blocks[size_t(b * bb + 2)], row + 2 * nb + (b % nb) * (bb - 2), size_t(bb - 2));
+          }
           std::vector<float> stored(size_t(cols * 5)), copied(stored.size());
-          traits(TypeId::PTQ1_0).to_float(m.t.data, stored.data(), int64_t(stored.size()));
-          traits(TypeId::PQ2_0).to_float(packed.data(), copied.data(), int64_t(copied.size()));
+          traits(id).to_float(m.t.data, stored.data(), int64_t(stored.size()));
+          traits(as).to_float(blocks.data(), copied.data(), int64_t(copied.size()));
           EXPECT_EQ(0, std::memcmp(stored.data(), copied.data(), stored.size() * sizeof(float))) << what;
         }
         const auto x = random_x(cols * 2, rng);
@@ -412,9 +421,10 @@ TEST(CpuMatmul, KernelCopyOnlyWhereAKernelReadsOne) {
 }
 
 // Where a copy is given, the kernel reads it and not the weight: a product handed another
-// weight's Q8_0 copy gives that weight's result, bit for bit.
+// weight's Q8_0 copy gives that weight's result, bit for bit (AVX-512's copy as stored, AVX2's
+// split: the same kernel either way, so the same sums).
 TEST(CpuMatmul, Q8CopyIsWhatTheKernelReads) {
-  if (cpu::matmul_path_taken() != cpu::MatmulPath::avx512) GTEST_SKIP() << "no AVX-512 Q8_0 kernel on this CPU";
+  if (cpu::matmul_path_taken() == cpu::MatmulPath::scalar) GTEST_SKIP() << "no Q8_0 kernel with a copy on this CPU";
   std::mt19937 rng(19);
   const Weights a = make_weights(TypeId::Q8_0, 7, 256, false, rng), b = make_weights(TypeId::Q8_0, 7, 256, false, rng);
   cpu::HugePageArena pages;
