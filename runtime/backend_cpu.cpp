@@ -136,7 +136,7 @@ class CpuBackend final : public Backend {
   }
   uint64_t read_bytes(const Tensor& w) override {
     const auto it = copies_.find({w.uid, w.data});
-    return it != copies_.end() && !it->second.empty() ? it->second.size() : w.nbytes;
+    return cpu::bytes_read(w, it != copies_.end() ? it->second : std::span<const uint8_t>());
   }
 
  private:

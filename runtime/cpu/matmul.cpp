@@ -132,10 +132,11 @@ void ref_rows(const Matrix& m, const float* x, int64_t n_tokens, float* y) {
 // The 64 bytes past the rows are there for the size alone: it tells this copy from the AVX-512
 // path's, which is as large as the weights (a copy is made on one path and may be read on
 // another where a test caps the path: cap_matmul_path).
+constexpr uint64_t kSplitTagBytes = 64;
 TypeId split_type(TypeId t) { return t == TypeId::PTQ1_0 ? TypeId::PQ2_0 : t; }
 uint64_t split_copy_bytes(const Tensor& w) {
   if (w.type != TypeId::PTQ1_0 && w.type != TypeId::Q8_0) return 0;
-  return w.nbytes / find_type(uint32_t(w.type))->block_bytes * sizeof(block_q8_0) + 64;
+  return w.nbytes / find_type(uint32_t(w.type))->block_bytes * sizeof(block_q8_0) + kSplitTagBytes;
 }
 
 // m, or w's copy where `copy` is the AVX2 split one (read only on that path).
@@ -169,13 +170,18 @@ std::span<const uint8_t> pack_weights(const Tensor& w, HugePageArena& pages) {
   if (path == MatmulPath::avx2 && split_copy_bytes(w) > 0) {
     uint8_t* out = pages.allocate(split_copy_bytes(w));
     avx2::split_rows(w.type, w.data, m.rows, m.cols, out);
-    std::memset(out + split_copy_bytes(w) - 64, 0, 64);
+    std::memset(out + split_copy_bytes(w) - kSplitTagBytes, 0, kSplitTagBytes);
     return {out, size_t(split_copy_bytes(w))};
   }
 #else
   (void)w, (void)pages;
 #endif
   return {};
+}
+
+uint64_t bytes_read(const Tensor& w, std::span<const uint8_t> packed) {
+  if (packed.empty()) return w.nbytes;
+  return packed.size() == split_copy_bytes(w) ? packed.size() - kSplitTagBytes : packed.size();
 }
 
 namespace {

@@ -55,6 +55,10 @@ void matmul_shared(const Tensor* const* w, float* const* y, int count, const flo
 // bytes are `pages`' (huge pages: huge_pages.h) and live as long as it.
 std::span<const uint8_t> pack_weights(const Tensor& w, HugePageArena& pages);
 
+// The bytes of w a product reads with `packed` its pack_weights copy: the copy's (less the 64
+// bytes that only size the AVX2 one) where there is one, w's own otherwise.
+uint64_t bytes_read(const Tensor& w, std::span<const uint8_t> packed);
+
 // The scalar reference: every row decoded with the type table's to_float, each dot product
 // accumulated in double and rounded to float once. Exact up to that one rounding, so it is the
 // yardstick for the fast paths. Same threads as matmul (rows are independent: the result does
