@@ -10,7 +10,7 @@
 // The weights are read from a copy made once per weight (pack_ptq1): each 16 blocks of a row are
 // one "slab" of seven registers with one block per 32-bit lane, so every digit register of a slab
 // adds into the same lanes and needs one int->float step per 16 blocks, and the digit bytes are
-// recoded so that a byte's five digits take two permutes and a few integer ops (Recoding). The
+// recoded so that a byte's five digits take two permutes and no mask register (Recoding). The
 // activations are quantized in element order (act_quant.h, one scale per block) and laid out in
 // the slab's register order once per call. A lone token's rows go four at a time, so that each
 // activation register serves four rows, and ask for their weights ahead of the hardware prefetcher.
@@ -80,59 +80,71 @@ constexpr int slab_elem(int k, int n, int j) { return kPlacement.elem[4 * k + j]
 // by the same formula, as to_float does).
 constexpr int digit(int b, int n) { return int(trit_digits4(uint32_t(b), n)); }
 
-// The copy stores each five-digit byte recoded, so that one 128-entry table lookup (a vpermt2b
-// on the low 7 bits) finishes the decode of digits 0..3 and digit 4 takes three cheap integer
-// ops. A byte's digits are a pattern (r, d4): r = d0 + 3 d1 + 9 d2 + 27 d3 in [0, 81), d4 in
-// [0, 3). Codes 0..80 are (r, 0); codes 81 + i, i < 162, are (i / 2, 1 + i % 2), so d4 is 0 below
-// 81 and 2 - (c & 1) from 81 on (81 is odd). Codes below 128 hold every r, so a code c >= 128
-// first goes through a byte permute to the code r, merged with c itself where c < 128, then the
-// table packs digits 0..3 two bits each; one gf2p8affine moves digit n to bits 0..1.
-struct Pattern {
-  int r, d4;
-};
-constexpr Pattern pattern_of_code(int c) {
-  if (c < 81) return {c, 0};
-  const int i = c - 81;
-  return {i / 2, 1 + i % 2};
-}
+// The copy stores each five-digit byte recoded, so that its digits take two byte permutes of
+// tables held in registers, a byte subtraction, a byte minimum and a shift, and no mask register.
+// A byte's digits are a pattern (r, d4): r = d0 + 3 d1 + 9 d2 + 27 d3 in [0, 81), d4 in [0, 3).
+// Its code c is r for d4 = 0, 84 + r for d4 = 1, and for d4 = 2 168 + (r - 37) where r >= 37
+// (168..211), 212 + r below (212..248). Then the table index min(c, c - 84), in wrapping unsigned
+// bytes, read on its low 7 bits as vpermt2b does, is r for d4 < 2, 84 + (r - 37) (entries 84..127)
+// for d4 = 2 and r >= 37, and r again below: a 128-entry table of r's digits 0..3, two bits each,
+// with those 44 entries added, finishes the decode of digits 0..3 (one gf2p8affine moves digit n to
+// bits 0..1). And d4 is constant on each four codes c >> 2 (codes 81..83 and 165..167 are not
+// used), so a 64-entry table takes it from c shifted right by two (vpermb reads 6 bits). (The first
+// codes took a permute through a mask of each code's top bit and a compare into a mask for d4:
+// tg 5% slower, docs/benchmarks.md, "One permute and no mask per digit byte".) Bytes that are not
+// recoded (the scale's, whose digits meet zero activations) read some entry and harm nothing.
+constexpr int kCode1 = 84;           // first code of d4 = 1
+constexpr int kCode2 = 2 * kCode1;   // first code of d4 = 2
+constexpr int kSplit = 128 - kCode1; // entries kCode1..127 hold r = kR2 .. 80 for d4 = 2
+constexpr int kR2 = 81 - kSplit;
 constexpr int code_of(int b) {
   const int r = digit(b, 0) + 3 * digit(b, 1) + 9 * digit(b, 2) + 27 * digit(b, 3), d4 = digit(b, 4);
-  return d4 == 0 ? r : 81 + 2 * r + (d4 - 1);
+  if (d4 < 2) return d4 * kCode1 + r;
+  return r >= kR2 ? kCode2 + (r - kR2) : kCode2 + kSplit + r;
 }
-// Digit 4 of code c, as Lut::digits computes it.
-constexpr int d4_of_code(int c) { return c < 81 ? 0 : 2 - (c & 1); }
+// The table index of code c (any byte), as Lut::digits computes it.
+constexpr int index_of_code(int c) {
+  const int q = (c - kCode1) & 255;
+  return (c < q ? c : q) & 127;
+}
 
 struct Recoding {
   alignas(64) uint8_t to_code[256];  // stored byte -> code
-  // entries 0..127: digits 0..3 of that code, two bits each (digit n at bit 2n); entries
-  // 128..255: a code >= 128 -> the code below 81 with its r
-  alignas(64) uint8_t t[256];
+  alignas(64) uint8_t t[128];        // index -> digits 0..3 of its r, two bits each (digit n at bit 2n)
+  alignas(64) uint8_t d4[64];        // c >> 2 -> digit 4
 };
+constexpr uint8_t packed_digits(int r) {
+  uint8_t v = 0;
+  for (int n = 0; n < 4; ++n, r /= 3) v |= uint8_t((r % 3) << (2 * n));
+  return v;
+}
 constexpr Recoding make_recoding() {
   Recoding rc{};
   for (int b = 0; b < 256; ++b) rc.to_code[b] = uint8_t(code_of(b));
-  for (int c = 0; c < 128; ++c)
-    for (int n = 0, r = pattern_of_code(c).r; n < 4; ++n, r /= 3) rc.t[c] |= uint8_t((r % 3) << (2 * n));
-  for (int c = 128; c < 243; ++c) rc.t[c] = uint8_t(pattern_of_code(c).r);
+  for (int r = 0; r < 81; ++r) rc.t[r] = packed_digits(r);
+  for (int r = kR2; r < 81; ++r) rc.t[kCode1 + r - kR2] = packed_digits(r);
+  for (int g = 0; g < 64; ++g) rc.d4[g] = uint8_t(4 * g < kCode1 ? 0 : 4 * g < kCode2 ? 1 : 2);
   return rc;
 }
 constexpr Recoding kRecoding = make_recoding();
+static_assert(kCode1 % 4 == 0 && kCode1 >= 81 && kCode2 + kSplit + kR2 <= 256, "d4 is constant on every four codes");
 static_assert([] {
   for (int b = 0; b < 256; ++b) {
     const int c = kRecoding.to_code[b];
-    const int c0 = c < 128 ? c : kRecoding.t[c];
-    if (c0 >= 128 || d4_of_code(c) != digit(b, 4)) return false;
+    if (kRecoding.d4[c >> 2] != digit(b, 4)) return false;
     for (int n = 0; n < 4; ++n)
-      if (((kRecoding.t[c0] >> (2 * n)) & 3) != digit(b, n)) return false;
+      if (((kRecoding.t[index_of_code(c)] >> (2 * n)) & 3) != digit(b, n)) return false;
   }
   return true;
 }(), "every stored byte's recoded digits are its own");
 
 struct Lut {
-  __m512i t[4];     // the table's entries 64q .. 64q + 63
+  __m512i t[2];     // the table's entries 64q .. 64q + 63
+  __m512i d4;       // digit 4 by c >> 2
   __m512i pick[3];  // gf2p8affine matrices: digit n + 1 of the table's byte -> bits 0..1
   Lut() {
-    for (int q = 0; q < 4; ++q) t[q] = _mm512_load_si512(kRecoding.t + 64 * q);
+    for (int q = 0; q < 2; ++q) t[q] = _mm512_load_si512(kRecoding.t + 64 * q);
+    d4 = _mm512_load_si512(kRecoding.d4);
     // the matrix's byte 7 - i selects the input bits that make output bit i
     for (int n = 1; n < 4; ++n)
       pick[n - 1] = _mm512_set1_epi64(int64_t((uint64_t(1) << (2 * n)) << 56 | (uint64_t(1) << (2 * n + 1)) << 48));
@@ -140,15 +152,12 @@ struct Lut {
   // The first N (4 or 5) digits of the 64 codes c.
   template <int N>
   void digits(__m512i c, __m512i* d) const {
-    const __mmask64 hi = _mm512_movepi8_mask(c);  // the codes >= 128
-    const __m512i low = _mm512_mask2_permutex2var_epi8(t[2], c, hi, t[3]);
-    const __m512i d03 = _mm512_permutex2var_epi8(t[0], low, t[1]);
+    const __m512i index = _mm512_min_epu8(c, _mm512_sub_epi8(c, _mm512_set1_epi8(kCode1)));  // index_of_code
+    const __m512i d03 = _mm512_permutex2var_epi8(t[0], index, t[1]);
     d[0] = _mm512_and_si512(d03, _mm512_set1_epi8(3));
     for (int n = 1; n < 4; ++n) d[n] = _mm512_gf2p8affine_epi64_epi8(d03, pick[n - 1], 0);
-    if constexpr (N == 5) {  // d4_of_code
-      const __mmask64 big = _mm512_cmpge_epu8_mask(c, _mm512_set1_epi8(81));
-      d[4] = _mm512_maskz_sub_epi8(big, _mm512_set1_epi8(2), _mm512_and_si512(c, _mm512_set1_epi8(1)));
-    }
+    // c >> 2 within 16-bit lanes: the neighbour's bits land in bits 6..7, which vpermb ignores
+    if constexpr (N == 5) d[4] = _mm512_permutexvar_epi8(_mm512_srli_epi16(c, 2), d4);
   }
 };
 
