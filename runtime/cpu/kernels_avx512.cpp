@@ -91,11 +91,12 @@ constexpr int digit(int b, int n) { return int(trit_digits4(uint32_t(b), n)); }
 // bits 0..1). And d4 is constant on each four codes c >> 2 (codes 81..83 and 165..167 are not
 // used), so a 64-entry table takes it from c shifted right by two (vpermb reads 6 bits). (The first
 // codes took a permute through a mask of each code's top bit and a compare into a mask for d4:
-// tg 5% slower, docs/benchmarks.md, "One permute and no mask per digit byte".) Bytes that are not
-// recoded (the scale's, whose digits meet zero activations) read some entry and harm nothing.
-constexpr int kCode1 = 84;           // first code of d4 = 1
-constexpr int kCode2 = 2 * kCode1;   // first code of d4 = 2
-constexpr int kSplit = 128 - kCode1; // entries kCode1..127 hold r = kR2 .. 80 for d4 = 2
+// tg 74.5 against 78.9 t/s, docs/benchmarks.md, "One permute and no mask per digit byte".) Bytes
+// that are not recoded (the scale's, whose digits meet zero activations) read some entry and harm
+// nothing.
+constexpr int kCode1 = 84;            // first code of d4 = 1 (a multiple of 4, at least 81)
+constexpr int kCode2 = 2 * kCode1;    // first code of d4 = 2
+constexpr int kSplit = 128 - kCode1;  // table entries kCode1..127 hold r = kR2..80 for d4 = 2
 constexpr int kR2 = 81 - kSplit;
 constexpr int code_of(int b) {
   const int r = digit(b, 0) + 3 * digit(b, 1) + 9 * digit(b, 2) + 27 * digit(b, 3), d4 = digit(b, 4);
