@@ -40,10 +40,11 @@ class Backend {
   // Rotary embedding of n tokens at positions pos0.., n_heads heads of head_dim, first n_rot dims.
   virtual void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos0,
                     float base, bool neox) = 0;
-  // One layer's K or V cache: n values in the backend's cache type (float on the CPU, fp16 on
-  // CUDA), zeroed; only store_kv and attention read or write it.
-  virtual void* alloc_kv(int64_t n) = 0;
-  // Cache rows [row0, row0 + n) of width dim <- src (n × dim floats).
+  // One layer's K or V cache for n_ctx positions of n_head_kv heads × head_dim values, zeroed,
+  // in the backend's type and layout (the CPU: float, each head's positions contiguous; CUDA:
+  // fp16, position by position); only store_kv and attention read or write it.
+  virtual void* alloc_kv(int64_t n_ctx, int64_t n_head_kv, int64_t head_dim) = 0;
+  // Cache positions [row0, row0 + n) <- src (n rows of dim = n_head_kv × head_dim floats).
   virtual void store_kv(const float* src, void* cache, int64_t row0, int64_t n, int64_t dim) = 0;
   // Causal attention of n query tokens at positions pos0.. over the cache rows 0..pos0+n-1.
   virtual void attention(const float* q, const void* k_cache, const void* v_cache, int64_t n, int64_t pos0,

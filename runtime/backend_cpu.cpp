@@ -105,15 +105,30 @@ class CpuBackend final : public Backend {
       }
   }
 
-  void* alloc_kv(int64_t n) override { return alloc(n); }
+  // Head by head (cpu/attention.h): a head's cached positions are one contiguous run, which a
+  // decode step reads front to back, instead of 512 bytes out of every position's 4 KB row.
+  void* alloc_kv(int64_t n_ctx, int64_t n_head_kv, int64_t head_dim) override {
+    float* cache = alloc(n_ctx * n_head_kv * head_dim);
+    kv_shapes_[cache] = {n_ctx, n_head_kv, head_dim};
+    return cache;
+  }
   void store_kv(const float* src, void* cache, int64_t row0, int64_t n, int64_t dim) override {
-    std::memcpy(static_cast<float*>(cache) + row0 * dim, src, size_t(n * dim) * sizeof(float));
+    const KvShape& s = kv_shape(cache, dim);
+    if (row0 < 0 || row0 + n > s.n_ctx)
+      throw Error(cat("store_kv: positions ", row0, "..", row0 + n, " outside the cache's ", s.n_ctx));
+    auto* dst = static_cast<float*>(cache);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t h = 0; h < s.n_head_kv; ++h)
+        std::memcpy(dst + (h * s.n_ctx + row0 + t) * s.head_dim, src + t * dim + h * s.head_dim,
+                    size_t(s.head_dim) * sizeof(float));
   }
 
   void attention(const float* q, const void* k_cache_v, const void* v_cache_v, int64_t n, int64_t pos0,
                  int64_t n_head, int64_t n_head_kv, int64_t head_dim, float* out) override {
+    const KvShape& s = kv_shape(k_cache_v, n_head_kv * head_dim);
+    if (pos0 + n > s.n_ctx) throw Error(cat("attention: ", pos0 + n, " positions in a cache of ", s.n_ctx));
     cpu::attention(q, static_cast<const float*>(k_cache_v), static_cast<const float*>(v_cache_v), n, pos0, n_head,
-                   n_head_kv, head_dim, out);
+                   n_head_kv, head_dim, s.n_ctx, out);
   }
 
   void copy(const float* src, float* dst, int64_t n) override { std::memmove(dst, src, size_t(n) * sizeof(float)); }
@@ -141,6 +156,18 @@ class CpuBackend final : public Backend {
 
  private:
   std::unique_ptr<cpu::ReadProbe> probe_;
+  // Each K/V cache's shape, by its address (alloc_kv).
+  struct KvShape {
+    int64_t n_ctx, n_head_kv, head_dim;
+  };
+  std::map<const void*, KvShape> kv_shapes_;
+  const KvShape& kv_shape(const void* cache, int64_t dim) const {
+    const auto it = kv_shapes_.find(cache);
+    if (it == kv_shapes_.end()) throw Error("a K/V cache that alloc_kv did not make");
+    if (it->second.n_head_kv * it->second.head_dim != dim)
+      throw Error(cat("a K/V cache of ", it->second.n_head_kv, " x ", it->second.head_dim, " used with width ", dim));
+    return it->second;
+  }
   // The last rope table and what it was made for.
   struct RopeKey {
     int64_t pos0 = -1, n = 0, n_rot = 0;

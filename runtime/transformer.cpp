@@ -11,8 +11,8 @@ Session::Session(const Model& model, Backend& backend, int64_t n_ctx, int64_t n_
   const ModelConfig& c = m_.cfg;
   const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    k_cache_.push_back(be_.alloc_kv(n_ctx_ * kv_dim));
-    v_cache_.push_back(be_.alloc_kv(n_ctx_ * kv_dim));
+    k_cache_.push_back(be_.alloc_kv(n_ctx_, c.n_head_kv, c.head_dim));
+    v_cache_.push_back(be_.alloc_kv(n_ctx_, c.n_head_kv, c.head_dim));
   }
   const int64_t nb = n_batch_;
   x_ = be_.alloc(nb * c.n_embd);

@@ -13,6 +13,14 @@ void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y);
 // positions) become 0; n must be > 0 with at least one finite entry for a meaningful result.
 void softmax(float* x, int64_t n);
 
+// Attention of g query heads (q: g rows of head_dim floats) that share one key/value head over
+// its `seen` cached positions (k, v: seen contiguous rows of head_dim): for each head, score[j] =
+// scale * k_j . q, softmax over j, out = sum_j score[j] * v_j (out: g rows of head_dim). score
+// holds g * seen floats of scratch. The g heads read each cached row once, four rows at a time:
+// in a decode step this reading, not the arithmetic, is the work.
+void attend(const float* q, int64_t g, const float* k, const float* v, int64_t seen, int64_t head_dim, float scale,
+            float* score, float* out);
+
 // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)) (the SwiGLU feed-forward gate).
 // out may be gate or up.
 void swiglu(const float* gate, const float* up, int64_t n, float* out);

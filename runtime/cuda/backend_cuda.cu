@@ -87,7 +87,9 @@ class CudaBackend final : public Backend {
     act_key_ = {};
     cuda::rope(*launch_, x, n, n_heads, head_dim, n_rot, pos_, pos0 - step_pos_, base, neox);
   }
-  void* alloc_kv(int64_t n) override { return raw_alloc(size_t(n) * sizeof(half)); }
+  void* alloc_kv(int64_t n_ctx, int64_t n_head_kv, int64_t head_dim) override {
+    return raw_alloc(size_t(n_ctx * n_head_kv * head_dim) * sizeof(half));
+  }
   void store_kv(const float* src, void* cache, int64_t row0, int64_t n, int64_t dim) override {
     act_key_ = {};
     cuda::store_kv(*launch_, src, static_cast<half*>(cache), pos_, row0 - step_pos_, n, dim);

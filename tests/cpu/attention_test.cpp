@@ -14,9 +14,10 @@ using namespace bonsai;
 
 namespace {
 
+// k, v: n_head_kv heads of ctx positions of hd (attention.h's layout).
 std::vector<float> reference(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                             int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t hd) {
-  const int64_t group = n_head / n_head_kv, kv_dim = n_head_kv * hd;
+                             int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t ctx) {
+  const int64_t group = n_head / n_head_kv;
   std::vector<float> out(size_t(n * n_head * hd));
   for (int64_t t = 0; t < n; ++t)
     for (int64_t h = 0; h < n_head; ++h) {
@@ -25,14 +26,14 @@ std::vector<float> reference(const std::vector<float>& q, const std::vector<floa
       double mx = -INFINITY, sum = 0;
       for (int64_t j = 0; j < seen; ++j) {
         double d = 0;
-        for (int64_t i = 0; i < hd; ++i) d += double(q[size_t((t * n_head + h) * hd + i)]) * k[size_t(j * kv_dim + kvh * hd + i)];
+        for (int64_t i = 0; i < hd; ++i) d += double(q[size_t((t * n_head + h) * hd + i)]) * k[size_t((kvh * ctx + j) * hd + i)];
         s[size_t(j)] = d / std::sqrt(double(hd));
         mx = std::max(mx, s[size_t(j)]);
       }
       for (double& e : s) sum += (e = std::exp(e - mx));
       for (int64_t i = 0; i < hd; ++i) {
         double o = 0;
-        for (int64_t j = 0; j < seen; ++j) o += s[size_t(j)] / sum * v[size_t(j * kv_dim + kvh * hd + i)];
+        for (int64_t j = 0; j < seen; ++j) o += s[size_t(j)] / sum * v[size_t((kvh * ctx + j) * hd + i)];
         out[size_t((t * n_head + h) * hd + i)] = float(o);
       }
     }
@@ -44,36 +45,44 @@ std::vector<float> reference(const std::vector<float>& q, const std::vector<floa
 TEST(CpuAttention, MatchesFormulaForDecodeAndPromptSizes) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  const int64_t n_head = 4, n_head_kv = 2, hd = 16, kv_dim = n_head_kv * hd;
-  // 1 and 5 tokens take the per-token loop; 16, 70 and 150 the SGEMM path (150: two whole chunks
+  const int64_t n_head = 4, n_head_kv = 2, hd = 16;
+  // 1 and 5 tokens take the per-token loop (on one thread, and on all of them past 2100 cached
+  // positions: kParallelWork cached floats); 16, 70 and 150 the SGEMM path (150: two whole chunks
   // of 64 query rows and a partial one).
   for (int64_t n : {1, 5, 16, 70, 150})
-    for (int64_t pos0 : {0, 37}) {
-      std::vector<float> q(size_t(n * n_head * hd)), k(size_t((pos0 + n) * kv_dim)), v(k.size());
+    for (int64_t pos0 : {0, 37, 2100}) {
+      if (n > 5 && pos0 > 37) continue;
+      const int64_t ctx = pos0 + n + 3;  // room past the last position, as a session's cache has
+      std::vector<float> q(size_t(n * n_head * hd)), k(size_t(n_head_kv * ctx * hd)), v(k.size());
       for (auto* a : {&q, &k, &v})
         for (float& e : *a) e = nd(rng);
       std::vector<float> out(q.size());
-      cpu::attention(q.data(), k.data(), v.data(), n, pos0, n_head, n_head_kv, hd, out.data());
-      const auto want = reference(q, k, v, n, pos0, n_head, n_head_kv, hd);
+      cpu::attention(q.data(), k.data(), v.data(), n, pos0, n_head, n_head_kv, hd, ctx, out.data());
+      const auto want = reference(q, k, v, n, pos0, n_head, n_head_kv, hd, ctx);
       for (size_t i = 0; i < out.size(); ++i)
         ASSERT_NEAR(out[i], want[i], 2e-5 + 2e-5 * std::fabs(want[i])) << "n " << n << " pos0 " << pos0 << " at " << i;
     }
 }
 
-// Each (head, chunk) is one thread's work: the thread count must not change a bit.
-TEST(CpuAttention, ResultDoesNotDependOnThreadCount) {
+// Each (head, chunk) of a prompt, and each (token, key/value head) of a few tokens, is one
+// thread's work: the thread count must not change a bit.
+class CpuAttentionThreads : public ::testing::TestWithParam<std::pair<int64_t, int64_t>> {};
+INSTANTIATE_TEST_SUITE_P(PromptAndDecode, CpuAttentionThreads,
+                         ::testing::Values(std::pair<int64_t, int64_t>{100, 10}, std::pair<int64_t, int64_t>{3, 3000}));
+TEST_P(CpuAttentionThreads, ResultDoesNotDependOnThreadCount) {
   std::mt19937 rng(4);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  const int64_t n = 100, pos0 = 10, n_head = 4, n_head_kv = 1, hd = 32, kv_dim = n_head_kv * hd;
-  std::vector<float> q(size_t(n * n_head * hd)), k(size_t((pos0 + n) * kv_dim)), v(k.size());
+  const auto [n, pos0] = GetParam();
+  const int64_t n_head = 4, n_head_kv = 2, hd = 32, ctx = pos0 + n;
+  std::vector<float> q(size_t(n * n_head * hd)), k(size_t(n_head_kv * ctx * hd)), v(k.size());
   for (auto* a : {&q, &k, &v})
     for (float& e : *a) e = nd(rng);
   std::vector<float> y1(q.size()), y3(q.size());
   const int saved = omp_get_max_threads();
   omp_set_num_threads(1);
-  cpu::attention(q.data(), k.data(), v.data(), n, pos0, n_head, n_head_kv, hd, y1.data());
+  cpu::attention(q.data(), k.data(), v.data(), n, pos0, n_head, n_head_kv, hd, ctx, y1.data());
   omp_set_num_threads(3);
-  cpu::attention(q.data(), k.data(), v.data(), n, pos0, n_head, n_head_kv, hd, y3.data());
+  cpu::attention(q.data(), k.data(), v.data(), n, pos0, n_head, n_head_kv, hd, ctx, y3.data());
   omp_set_num_threads(saved);
   EXPECT_EQ(0, std::memcmp(y1.data(), y3.data(), y1.size() * 4));
 }

@@ -119,8 +119,8 @@ TEST(CudaBackend, AttentionOverTheCacheMatchesCpu) {
   in.insert(in.end(), kvals.begin(), kvals.end());
   in.insert(in.end(), vvals.begin(), vvals.end());
   EXPECT_LT(compare(in, size_t(n * n_head * hd), [&](Backend& b, float* x, float* y) {
-              void* kc = b.alloc_kv(ctx * kv);
-              void* vc = b.alloc_kv(ctx * kv);
+              void* kc = b.alloc_kv(ctx, n_head_kv, hd);
+              void* vc = b.alloc_kv(ctx, n_head_kv, hd);
               b.store_kv(x + n * n_head * hd, kc, 0, ctx, kv);
               b.store_kv(x + n * n_head * hd + ctx * kv, vc, 0, ctx, kv);
               b.attention(x, kc, vc, n, pos0, n_head, n_head_kv, hd, y);

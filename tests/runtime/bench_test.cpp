@@ -37,7 +37,9 @@ class ScriptedBandwidth : public Backend {
             bool neox) override {
     cpu_->rope(x, n, heads, head_dim, n_rot, pos0, base, neox);
   }
-  void* alloc_kv(int64_t n) override { return cpu_->alloc_kv(n); }
+  void* alloc_kv(int64_t n_ctx, int64_t n_head_kv, int64_t head_dim) override {
+    return cpu_->alloc_kv(n_ctx, n_head_kv, head_dim);
+  }
   void store_kv(const float* src, void* cache, int64_t row0, int64_t n, int64_t dim) override {
     cpu_->store_kv(src, cache, row0, n, dim);
   }
