@@ -57,22 +57,17 @@ void attention(const float* q, const float* k_cache, const float* v_cache, int64
   if (n >= kGemmTokens)
     return attention_gemm(q, k_cache, v_cache, n, pos0, n_head, n_head_kv, head_dim, ctx, scale, out);
   const int64_t group = n_head / n_head_kv, stride = ctx * head_dim;  // from one cache head to the next
-  auto heads = [&](int64_t t, int64_t h, std::vector<float>& score) {
-    score.resize(size_t(group * (pos0 + t + 1)));
-    attend(q + (t * n_head + h * group) * head_dim, group, k_cache + h * stride, v_cache + h * stride, pos0 + t + 1,
-           head_dim, scale, score.data(), out + (t * n_head + h * group) * head_dim);
-  };
+  // Both threads from the first position on: in a decode step the cache comes from memory (the
+  // weights streamed since evicted it), and a lone thread below 32 positions made tg128 1-2%
+  // slower than two (docs/benchmarks.md).
   thread_local std::vector<float> score;  // each thread's scratch: no allocation per call once warm
-  // A short context's cache is read faster than threads fork (on the 2-core Zen 5, one thread is
-  // faster up to about 32 positions of Qwen3-1.7B's 8 x 128 floats).
-  if (n * n_head_kv * (pos0 + n) * head_dim < kAttendFloats) {
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t h = 0; h < n_head_kv; ++h) heads(t, h, score);
-    return;
-  }
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
   for (int64_t t = 0; t < n; ++t)
-    for (int64_t h = 0; h < n_head_kv; ++h) heads(t, h, score);
+    for (int64_t h = 0; h < n_head_kv; ++h) {
+      score.resize(size_t(group * (pos0 + t + 1)));
+      attend(q + (t * n_head + h * group) * head_dim, group, k_cache + h * stride, v_cache + h * stride, pos0 + t + 1,
+             head_dim, scale, score.data(), out + (t * n_head + h * group) * head_dim);
+    }
 }
 
 }  // namespace bonsai::cpu

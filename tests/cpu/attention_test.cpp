@@ -46,9 +46,8 @@ TEST(CpuAttention, MatchesFormulaForDecodeAndPromptSizes) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const int64_t n_head = 4, n_head_kv = 2, hd = 16;
-  // 1 and 5 tokens take the per-token loop (on one thread, and on all of them past 2100 cached
-  // positions: kParallelWork cached floats); 16, 70 and 150 the SGEMM path (150: two whole chunks
-  // of 64 query rows and a partial one).
+  // 1 and 5 tokens take the per-token loop (2100 earlier positions: a long run of cache rows); 16,
+  // 70 and 150 the SGEMM path (150: two whole chunks of 64 query rows and a partial one).
   for (int64_t n : {1, 5, 16, 70, 150})
     for (int64_t pos0 : {0, 37, 2100}) {
       if (n > 5 && pos0 > 37) continue;
