@@ -22,9 +22,10 @@ struct ActLayout {
 
 // nullptr for the types that have no int8 kernel (F32, F16, BF16).
 const ActLayout* act_layout(TypeId type);
-// act_layout(type)'s blocks in element order (elem the identity): for a kernel that lays out the
-// activations itself (the AVX-512 PTQ1_0 kernel), which then quantizes them with plain loads, not
-// gathers. A block's codes and scale do not depend on the order.
+// The layout the AVX-512 kernels take (kernels_avx512.h): act_layout(type)'s blocks in element
+// order (elem the identity) for PTQ1_0, whose kernel lays out the activations itself, so that they
+// quantize with plain loads, not gathers; PQ2_0's own planes, which its kernel reads as they are;
+// nullptr for a type whose layout is neither. A block's codes and scale do not depend on the order.
 const ActLayout* act_layout_in_order(TypeId type);
 
 // n_tokens rows of cols activations. For each span b of qk positions (one weight block's worth,

@@ -17,7 +17,9 @@
 //
 // Q8_0, any number of tokens. Its codes need no unpacking; what AVX-512 saves over AVX2 is the
 // per-block work: two blocks per register, one vpdpbusd per register and token instead of AVX2's
-// two sign transfers, maddubs and madd per block.
+// two sign transfers, maddubs and madd per block. PQ2_0 the same way, its 34-byte blocks two per
+// register too: a shift and a mask per plane of two-bit codes, four vpdpbusd per register and
+// token (on the Zen 5, tg128 1.2x and pp512 2x the AVX2 kernel's: docs/benchmarks.md).
 #include "runtime/cpu/kernels_avx512.h"
 
 // GCC 12's AVX-512 intrinsics start from _mm*_undefined_*() values, which -W(maybe-)uninitialized
@@ -405,30 +407,40 @@ void prep_q8(const int8_t* q, int64_t cols, int64_t n_tokens, int32_t* start) {
   }
 }
 
-__m512i load_pair(const block_q8_0* w) {
-  const __m512i pair = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[0].qs))),
-                                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[1].qs)), 1);
-  return _mm512_xor_si512(pair, _mm512_set1_epi8(int8_t(0x80)));
+// The 32 code bytes of blocks w[0] and w[1] (Q8_0 or PQ2_0: 34 bytes, the scale first), as the
+// low and high halves of one register.
+template <class Block>
+__m512i load_pair(const Block* w) {
+  static_assert(sizeof(w->qs) == 32, "a pair fills one register");
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[0].qs))),
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[1].qs)), 1);
 }
 
-// One Q8_0 row against T tokens (activations q[t], scales d[t], starting sums start[t]), four
-// blocks per step: two registers, each with its own accumulator so that their FMAs overlap.
+// The scales of blocks w[0..3] (fp16, first in the block) as float.
+template <class Block>
+__m128 scales4(const Block* w) {
+  return _mm_cvtph_ps(_mm_setr_epi16(short(w[0].d), short(w[1].d), short(w[2].d), short(w[3].d), 0, 0, 0, 0));
+}
+
+// One Q8_0 row of nb blocks against T tokens (token t's activations at q + t * nb * 32, scales at
+// d + t * nb, starting sums at start + t * nb * kLanes), four blocks per step: two registers, each
+// with its own accumulator so that their FMAs overlap.
 template <int T>
-void dot_q8(const block_q8_0* w, int64_t nb, const int8_t* const* q, const float* const* d,
-            const int32_t* const* start, float* out) {
+void dot_q8(const block_q8_0* w, int64_t nb, const int8_t* q, const float* d, const int32_t* start, float* out) {
   const __m512i pair0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   const __m512i pair1 = _mm512_add_epi32(pair0, _mm512_set1_epi32(2));
+  const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
   __m512 acc0[T], acc1[T];
   for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nb; i += kStepQ8) {
-    const __m512i c0 = load_pair(w + i), c1 = load_pair(w + i + 2);
-    const __m128 dw = _mm_cvtph_ps(_mm_setr_epi16(short(w[i].d), short(w[i + 1].d), short(w[i + 2].d), short(w[i + 3].d), 0, 0, 0, 0));
+    const __m512i c0 = _mm512_xor_si512(load_pair(w + i), flip), c1 = _mm512_xor_si512(load_pair(w + i + 2), flip);
+    const __m128 dw = scales4(w + i);
     for (int t = 0; t < T; ++t) {
-      const int32_t* s = start[t] + i * kLanes;
-      const int8_t* a = q[t] + i * QK8_0;
+      const int32_t* s = start + (t * nb + i) * kLanes;
+      const int8_t* a = q + (t * nb + i) * QK8_0;
       const __m512i s0 = _mm512_dpbusd_epi32(_mm512_loadu_si512(s), c0, _mm512_loadu_si512(a));
       const __m512i s1 = _mm512_dpbusd_epi32(_mm512_loadu_si512(s + 2 * kLanes), c1, _mm512_loadu_si512(a + 2 * QK8_0));
-      const __m512 scale = _mm512_castps128_ps512(_mm_mul_ps(dw, _mm_loadu_ps(d[t] + i)));
+      const __m512 scale = _mm512_castps128_ps512(_mm_mul_ps(dw, _mm_loadu_ps(d + t * nb + i)));
       acc0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_permutexvar_ps(pair0, scale), acc0[t]);
       acc1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_permutexvar_ps(pair1, scale), acc1[t]);
     }
@@ -436,29 +448,113 @@ void dot_q8(const block_q8_0* w, int64_t nb, const int8_t* const* q, const float
   for (int t = 0; t < T; ++t) out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
 }
 
+// ---- PQ2_0 pairs ----
+//
+// Two blocks per register as for Q8_0: the 32 bytes of each hold its 128 two-bit codes, element
+// 4m + n in bits 2n of byte m, so (pair >> 2n) & 3 is plane n of both blocks, codes 0..3 that
+// vpdpbusd multiplies with the activations of those elements as they are (value = code - 1: the
+// -1 is the activations' correction, act_quant.h). The activations come quantized in PQ2_0's
+// plane order (act_quant.cpp's kPQ2_0: position 32n + m is element 4m + n) and prep_pq2 lays each
+// pair's four planes out as four registers: plane n of the first block, then of the second.
+constexpr int64_t kPairAct = 2 * QK_PQ2_0;  // activation bytes per pair of blocks and token
+
+void prep_pq2(const int8_t* q, int64_t cols, int64_t n_tokens, int8_t* dst) {
+  const int64_t pairs = n_tokens * (cols / QK_PQ2_0) / 2;  // rows are whole pairs
+  for (int64_t p = 0; p < pairs; ++p)
+    for (int n = 0; n < 4; ++n)
+      for (int h = 0; h < 2; ++h) std::memcpy(dst + p * kPairAct + 64 * n + 32 * h, q + (2 * p + h) * QK_PQ2_0 + 32 * n, 32);
+}
+
+// One PQ2_0 row of nb blocks against T tokens (token t's prep_pq2 activations at act + t * nb *
+// 128, scales at d + t * nb, corrections at corr + t * nb): four blocks per step, as dot_q8, then a
+// last pair where nb is not a multiple of four.
+template <int T>
+void dot_pq2(const block_pq2_0* w, int64_t nb, const int8_t* act, const float* d, const float* corr, float* out) {
+  const __m512i pair0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m512i pair1 = _mm512_add_epi32(pair0, _mm512_set1_epi32(2));
+  const __m512i m3 = _mm512_set1_epi8(3);
+  __m512 acc[2][T];
+  __m128 cacc[T];
+  for (int t = 0; t < T; ++t) {
+    acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+    cacc[t] = _mm_setzero_ps();
+  }
+  // Blocks i .. i + 2P - 1 (P pairs): each pair's planes against each token's, one int32 chain
+  // per pair and token, whose lanes turn float with their block's dw * da.
+  auto step = [&]<int P>(int64_t i) {
+    __m512i plane[P][4];
+    for (int k = 0; k < P; ++k) {
+      const __m512i c = load_pair(w + i + 2 * k);
+      for (int n = 0; n < 4; ++n) plane[k][n] = _mm512_and_si512(n ? _mm512_srli_epi16(c, 2 * n) : c, m3);
+    }
+    const __mmask8 live = __mmask8((1u << (2 * P)) - 1);
+    const __m128 dw = P == 2 ? scales4(w + i)
+                             : _mm_cvtph_ps(_mm_setr_epi16(short(w[i].d), short(w[i + 1].d), 0, 0, 0, 0, 0, 0));
+    for (int t = 0; t < T; ++t) {
+      const int8_t* a = act + t * nb * QK_PQ2_0 + i / 2 * kPairAct;
+      const __m512 scale = _mm512_castps128_ps512(_mm_mul_ps(dw, _mm_maskz_loadu_ps(live, d + t * nb + i)));
+      for (int k = 0; k < P; ++k) {
+        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), plane[k][0], _mm512_load_si512(a + k * kPairAct));
+        for (int n = 1; n < 4; ++n) s = _mm512_dpbusd_epi32(s, plane[k][n], _mm512_load_si512(a + k * kPairAct + 64 * n));
+        acc[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(k ? pair1 : pair0, scale), acc[k][t]);
+      }
+      cacc[t] = _mm_fmadd_ps(dw, _mm_maskz_loadu_ps(live, corr + t * nb + i), cacc[t]);
+    }
+  };
+  int64_t i = 0;
+  for (; i + kStepQ8 <= nb; i += kStepQ8) step.template operator()<2>(i);
+  if (i < nb) step.template operator()<1>(i);
+  for (int t = 0; t < T; ++t) {
+    __m128 c4 = _mm_add_ps(cacc[t], _mm_movehl_ps(cacc[t], cacc[t]));
+    c4 = _mm_add_ss(c4, _mm_shuffle_ps(c4, c4, 1));
+    out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][t], acc[1][t])) - _mm_cvtss_f32(c4);
+  }
+}
+
+// fn(Tokens<nt>{}) for a token count nt of 1..4: the row kernels' template argument.
+template <int T>
+struct Tokens {};
+template <class Fn>
+void with_tokens(int nt, const Fn& fn) {
+  switch (nt) {
+    case 1: return fn(Tokens<1>{});
+    case 2: return fn(Tokens<2>{});
+    case 3: return fn(Tokens<3>{});
+    default: return fn(Tokens<4>{});
+  }
+}
+
+// The rows of the parts, one at a time against up to four tokens (for_rows<1>): rows of cols
+// elements in nb blocks. row_dot(row, t0, nt, out) fills out[t] for tokens t0 .. t0 + nt.
+template <class Block, class RowDot>
+void run_rows(const Part* parts, int count, int64_t cols, int64_t nb, int64_t n_tokens, const RowDot& row_dot) {
+  const int64_t rb = nb * int64_t(sizeof(Block));
+  for_rows<1>(total_rows(parts, count), n_tokens, rb, cols, [&](int64_t r0, int n0, int64_t t0, int nt) {
+    in_parts(parts, count, r0, n0, [&](const Part& part, int64_t r, int) {
+      float out[kTokens];
+      row_dot(reinterpret_cast<const Block*>(part.w + r * rb), t0, nt, out);
+      for (int t = 0; t < nt; ++t) part.y[(t0 + t) * part.rows + r] = out[t];
+    });
+  });
+}
+
 void run_q8_0(const Part* parts, int count, int64_t cols, const avx2::ActView& a, int8_t* scratch) {
   auto* start = reinterpret_cast<int32_t*>(scratch);
   prep_q8(a.q, cols, a.n_tokens, start);
-  const int64_t nb = cols / QK8_0, rb = nb * int64_t(sizeof(block_q8_0));
-  for_rows<1>(total_rows(parts, count), a.n_tokens, rb, cols, [&](int64_t r0, int n0, int64_t t0, int nt) {
-    const int8_t* q[kTokens];
-    const float* d[kTokens];
-    const int32_t* s[kTokens];
-    for (int t = 0; t < nt; ++t) {
-      q[t] = a.q + (t0 + t) * cols;
-      d[t] = a.d + (t0 + t) * nb;
-      s[t] = start + (t0 + t) * nb * kLanes;
-    }
-    in_parts(parts, count, r0, n0, [&](const Part& part, int64_t r, int) {
-      const auto* row = reinterpret_cast<const block_q8_0*>(part.w + r * rb);
-      float out[kTokens];
-      switch (nt) {
-        case 1: dot_q8<1>(row, nb, q, d, s, out); break;
-        case 2: dot_q8<2>(row, nb, q, d, s, out); break;
-        case 3: dot_q8<3>(row, nb, q, d, s, out); break;
-        default: dot_q8<4>(row, nb, q, d, s, out); break;
-      }
-      for (int t = 0; t < nt; ++t) part.y[(t0 + t) * part.rows + r] = out[t];
+  const int64_t nb = cols / QK8_0;
+  run_rows<block_q8_0>(parts, count, cols, nb, a.n_tokens, [&](const block_q8_0* row, int64_t t0, int nt, float* out) {
+    with_tokens(nt, [&]<int T>(Tokens<T>) {
+      dot_q8<T>(row, nb, a.q + t0 * cols, a.d + t0 * nb, start + t0 * nb * kLanes, out);
+    });
+  });
+}
+
+void run_pq2(const Part* parts, int count, int64_t cols, const avx2::ActView& a, int8_t* scratch) {
+  prep_pq2(a.q, cols, a.n_tokens, scratch);
+  const int64_t nb = cols / QK_PQ2_0;
+  run_rows<block_pq2_0>(parts, count, cols, nb, a.n_tokens, [&](const block_pq2_0* row, int64_t t0, int nt, float* out) {
+    with_tokens(nt, [&]<int T>(Tokens<T>) {
+      dot_pq2<T>(row, nb, scratch + t0 * cols, a.d + t0 * nb, a.corr + t0 * nb, out);
     });
   });
 }
@@ -492,6 +588,9 @@ int64_t scratch_bytes(TypeId type, int64_t cols, int64_t n_tokens) {
     case TypeId::Q8_0:
       if (cols % (kStepQ8 * QK8_0) != 0) return 0;
       return n_tokens * (cols / QK8_0) * kLanes * int64_t(sizeof(int32_t));
+    case TypeId::PQ2_0:
+      if (cols % (2 * QK_PQ2_0) != 0) return 0;  // whole pairs
+      return n_tokens * (cols / QK_PQ2_0) / 2 * kPairAct;
     default: return 0;
   }
 }
@@ -500,6 +599,7 @@ void matmul_q8(TypeId type, const Part* parts, int count, int64_t cols, const av
                int8_t* scratch) {
   if (type == TypeId::PTQ1_0) run_ptq1(parts, count, cols, a, elem, scratch);
   if (type == TypeId::Q8_0) run_q8_0(parts, count, cols, a, scratch);
+  if (type == TypeId::PQ2_0) run_pq2(parts, count, cols, a, scratch);
 }
 
 }  // namespace bonsai::cpu::avx512

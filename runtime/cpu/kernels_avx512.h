@@ -24,12 +24,12 @@ bool packs(TypeId type, int64_t cols);
 void pack_ptq1(const uint8_t* w, int64_t rows, int64_t cols, uint8_t* out);
 
 // Bytes of scratch matmul_q8 needs for these activations, or 0 when it has no kernel for the
-// type and shape (the caller then takes the AVX2 kernel). Both kernels serve any number of tokens,
-// up to four per pass over the weights; Q8_0's wants whole groups of four blocks per row, PTQ1_0's
-// reads its weights regrouped (pack_ptq1).
+// type and shape (the caller then takes the AVX2 kernel). The kernels serve any number of tokens,
+// up to four per pass over the weights; Q8_0's wants whole groups of four blocks per row, PQ2_0's
+// whole pairs, PTQ1_0's reads its weights regrouped (pack_ptq1).
 int64_t scratch_bytes(TypeId type, int64_t cols, int64_t n_tokens);
 
-// One weight of a product: its rows (pack_ptq1's copy for PTQ1_0, the stored blocks for Q8_0)
+// One weight of a product: its rows (pack_ptq1's copy for PTQ1_0, the stored blocks for Q8_0 and PQ2_0)
 // and its output y[t*rows + r].
 struct Part {
   const uint8_t* w;
