@@ -56,7 +56,7 @@ const ActLayout* act_layout(TypeId type) {
   }
 }
 
-const ActLayout* act_layout_in_order(TypeId type) {
+const ActLayout* act_layout_avx512(TypeId type) {
   if (type == TypeId::PTQ1_0) return &kPTQ1_0InOrder;
   if (type == TypeId::PQ2_0) return &kPQ2_0;  // its planes are what the AVX-512 kernel reads
   const ActLayout* l = act_layout(type);

@@ -17,9 +17,6 @@ namespace {
 // its last token may see, so the causal mask wastes at most one chunk's triangle. One head and
 // chunk is one SGEMM pair on one thread (OpenBLAS's OpenMP build stays on the calling thread).
 constexpr int64_t kChunk = 64;
-// Cached floats (tokens x cache heads x positions x head_dim) from which a few tokens' attention
-// forks threads.
-constexpr int64_t kAttendFloats = int64_t(1) << 15;
 
 void attention_gemm(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0,
                     int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t ctx, float scale, float* out) {

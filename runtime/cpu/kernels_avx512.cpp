@@ -168,7 +168,7 @@ struct Lut {
 int64_t slabs(int64_t nb) { return (nb + kSlab - 1) / kSlab; }
 
 // Reorders token rows of quantized activations (elem: position -> element within a block; the
-// identity for act_layout_in_order) into slab order: per token and slab, the 34 digit registers,
+// identity for act_layout_avx512) into slab order: per token and slab, the 34 digit registers,
 // lane i from block i, zero where a byte carries no element or a partial slab has no block. Per
 // block, three masked byte permutes of its 128 bytes give its 34 words in register order, which
 // go to lane i of each register.

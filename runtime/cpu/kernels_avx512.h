@@ -38,7 +38,7 @@ struct Part {
 };
 
 // The products of `count` weights of one type and width with the same activations `a`, quantized
-// in act_layout_in_order(type)'s order (elem: that layout's position -> element table), in one
+// in act_layout_avx512(type)'s order (elem: that layout's position -> element table), in one
 // pass of the threads over all their rows. The kernel first lays out what it needs from the
 // activations in the scratch (scratch_bytes, 64-byte aligned), then reads the weights once for up
 // to four tokens at a time. The integer block sums are exactly those of the AVX2 kernel; only

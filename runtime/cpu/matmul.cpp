@@ -208,7 +208,7 @@ bool matmul_wide(const Tensor* const* w, float* const* y, int count, const Matri
                  const std::span<const uint8_t>* packed) {
 #if BONSAI_CPU_AVX2
   const TypeId type = w[0]->type;
-  const ActLayout* layout = act_layout_in_order(type);
+  const ActLayout* layout = act_layout_avx512(type);
   const int64_t scratch = avx512::scratch_bytes(type, m.cols, n_tokens);
   if (matmul_path_taken() != MatmulPath::avx512 || !layout || scratch == 0) return false;
   thread_local std::vector<avx512::Part> parts;  // reused across calls: no allocation once warm

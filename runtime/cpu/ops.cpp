@@ -37,8 +37,8 @@ BONSAI_CPU_CLONES void softmax(float* x, int64_t n) {
 namespace {
 
 // Cached rows ahead of the four being read that attend asks for: on the 2-core Zen 5 the hardware
-// prefetchers alone left a long context's decode step far from the memory's speed
-// (docs/benchmarks.md, "Decode attention by cache head").
+// prefetchers alone left long-context generation at 47 t/s, with these 54-59 (docs/benchmarks.md,
+// "Decode attention by cache head").
 constexpr int64_t kAhead = 16;
 // Asks for the n floats at p (their cache lines) ahead of use; past a cache's end it reads a few
 // KB of its arena in vain, and a prefetch cannot fault.
