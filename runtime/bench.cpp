@@ -41,9 +41,13 @@ void mean_sd(const std::vector<double>& v, double* mean, double* sd) {
 
 BenchResult bench(const Model& m, Backend& be, const BenchOptions& o, const std::function<void(const std::string&)>& log) {
   if (o.n_prompt < 1 || o.n_gen < 1 || o.reps < 1) throw Error("bench: -p, -n and -r must be positive");
+  if (o.profile && be.name().rfind("cpu", 0) != 0)
+    throw Error(cat("bench: --profile times each backend call as it runs, which only the cpu device does (",
+                    be.name(), " queues its calls)"));
   BenchResult r;
   const int64_t n_vocab = m.cfg.n_vocab;
-  Session s(m, be, o.n_prompt + o.n_gen, o.n_prompt);
+  ProfilingBackend profiler(be);
+  Session s(m, o.profile ? profiler : be, o.n_prompt + o.n_gen, o.n_prompt);
   std::vector<int32_t> prompt(size_t(o.n_prompt));
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919 + 13) % size_t(n_vocab));
   std::vector<float> logits(static_cast<size_t>(n_vocab));
@@ -60,12 +64,19 @@ BenchResult bench(const Model& m, Backend& be, const BenchOptions& o, const std:
     s.reset();
     one.bandwidth_before_gbs = be.measure_bandwidth_gbs();
     int32_t tok = prompt[0];
+    profiler.record(rep >= 0);
     t0 = clock::now();
     for (int64_t i = 0; i < o.n_gen; ++i) {
       s.eval(&tok, 1, 0, logits.data());
       tok = int32_t((tok + 1) % n_vocab);
     }
-    one.tg_tps = double(o.n_gen) / std::chrono::duration<double>(clock::now() - t0).count();
+    const double tg_s = std::chrono::duration<double>(clock::now() - t0).count();
+    profiler.record(false);
+    one.tg_tps = double(o.n_gen) / tg_s;
+    if (o.profile && rep >= 0) {
+      r.profiled_tokens += o.n_gen;
+      r.profiled_seconds += tg_s;
+    }
     one.bandwidth_after_gbs = be.measure_bandwidth_gbs();
     if (rep < 0) {
       r.read_bytes_per_token = weight_bytes_per_token(m, &be);  // the warm-up made the backend's copies
@@ -94,6 +105,7 @@ BenchResult bench(const Model& m, Backend& be, const BenchOptions& o, const std:
   r.bandwidth_max_gbs = *std::max_element(probes.begin(), probes.end());
   r.roofline_tps = r.bandwidth_gbs * 1e9 / double(r.bytes_per_token);
   r.peak_rss_bytes = peak_rss_bytes();
+  if (o.profile) r.profile = profiler.times();
   return r;
 }
 

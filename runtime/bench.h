@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/backend_profile.h"
 #include "runtime/model.h"
 
 namespace bonsai {
@@ -16,6 +17,9 @@ namespace bonsai {
 struct BenchOptions {
   int64_t n_prompt = 512, n_gen = 128;
   int reps = 5;
+  // Time every backend call of the timed generations (ProfilingBackend; CPU backends only: a
+  // GPU's calls return before they have run).
+  bool profile = false;
 };
 
 // One timed repetition. The bandwidth is probed just before and just after its generation, so
@@ -37,6 +41,11 @@ struct BenchResult {
   double roofline_pct = 0, roofline_sd = 0;  // mean and sd of the reps' roofline_pct
   std::vector<BenchRep> reps;
   int64_t peak_rss_bytes = 0;
+  // With BenchOptions::profile: the backend calls of the timed generations by operation, the
+  // longest first, over profiled_tokens tokens that took profiled_seconds in all.
+  std::vector<OpTime> profile;
+  int64_t profiled_tokens = 0;
+  double profiled_seconds = 0;
 };
 
 // The weight bytes one generated token reads: as stored, or as `be` reads them (its copies).

@@ -4,7 +4,10 @@
 // that computes on the CPU but reports scripted bandwidths shows which probe each figure used.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "runtime/backend.h"
+#include "runtime/backend_profile.h"
 #include "runtime/bench.h"
 #include "runtime/cpu/matmul.h"
 #include "runtime/load.h"
@@ -15,50 +18,29 @@ using namespace bonsai;
 
 namespace {
 
-// The CPU backend, except that measure_bandwidth_gbs returns the scripted values in turn.
-class ScriptedBandwidth : public Backend {
- public:
-  explicit ScriptedBandwidth(std::vector<double> probes) : cpu_(make_backend("cpu", 1)), probes_(std::move(probes)) {}
-  int probes_taken() const { return next_; }
+// Owns the CPU backend that a ForwardingBackend below passes its calls to (a base listed first,
+// so that it is built before the ForwardingBackend takes it).
+struct OwnsCpu {
+  std::unique_ptr<Backend> cpu = make_backend("cpu", 1);
+};
 
-  std::string name() const override { return cpu_->name(); }
-  float* alloc(int64_t n) override { return cpu_->alloc(n); }
-  void to_host(const float* src, float* dst, int64_t n) override { cpu_->to_host(src, dst, n); }
-  void embed(const Tensor& t, const int32_t* ids, int64_t n, float* out) override { cpu_->embed(t, ids, n, out); }
-  void matmul(const Tensor& w, const float* x, int64_t n, float* y) override { cpu_->matmul(w, x, n, y); }
-  void matmul_shared(const Tensor* const* w, float* const* y, int count, const float* x, int64_t n) override {
-    cpu_->matmul_shared(w, y, count, x, n);
-  }
-  void rmsnorm(const float* x, const std::vector<float>& w, int64_t rows, int64_t dim, float eps, float* y) override {
-    cpu_->rmsnorm(x, w, rows, dim, eps, y);
-  }
-  void add_bias(float* y, const std::vector<float>& bias, int64_t rows) override { cpu_->add_bias(y, bias, rows); }
-  void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, int64_t n_rot, int64_t pos0, float base,
-            bool neox) override {
-    cpu_->rope(x, n, heads, head_dim, n_rot, pos0, base, neox);
-  }
-  void* alloc_kv(int64_t n_ctx, int64_t n_head_kv, int64_t head_dim) override {
-    return cpu_->alloc_kv(n_ctx, n_head_kv, head_dim);
-  }
-  void store_kv(const float* src, void* cache, int64_t row0, int64_t n, int64_t dim) override {
-    cpu_->store_kv(src, cache, row0, n, dim);
-  }
-  void attention(const float* q, const void* k, const void* v, int64_t n, int64_t pos0, int64_t n_head,
-                 int64_t n_head_kv, int64_t head_dim, float* out) override {
-    cpu_->attention(q, k, v, n, pos0, n_head, n_head_kv, head_dim, out);
-  }
-  void copy(const float* src, float* dst, int64_t n) override { cpu_->copy(src, dst, n); }
-  void add(float* x, const float* y, int64_t n) override { cpu_->add(x, y, n); }
-  void silu_mul(float* g, const float* u, int64_t n) override { cpu_->silu_mul(g, u, n); }
-  void hadamard(const HadamardSpec& s, float* x, int64_t n, int64_t k, bool inverse) override {
-    cpu_->hadamard(s, x, n, k, inverse);
-  }
+// The CPU backend, except that measure_bandwidth_gbs returns the scripted values in turn.
+class ScriptedBandwidth : private OwnsCpu, public ForwardingBackend {
+ public:
+  explicit ScriptedBandwidth(std::vector<double> probes) : ForwardingBackend(*cpu), probes_(std::move(probes)) {}
+  int probes_taken() const { return next_; }
   double measure_bandwidth_gbs() override { return probes_.at(size_t(next_++)); }
 
  private:
-  std::unique_ptr<Backend> cpu_;
   std::vector<double> probes_;
   int next_ = 0;
+};
+
+// The CPU backend under the name of a GPU.
+class NamedCuda : private OwnsCpu, public ForwardingBackend {
+ public:
+  NamedCuda() : ForwardingBackend(*cpu) {}
+  std::string name() const override { return "cuda:0"; }
 };
 
 // A synthetic model of the tiny size whose block matrices are of `type`.
@@ -119,4 +101,50 @@ TEST(Bench, ReportsTheBytesTheKernelsReadBesideTheStoredOnes) {
   EXPECT_EQ(r.bytes_per_token, weight_bytes_per_token(*m));
   const bool pq2_copies = cpu::matmul_path_taken() == cpu::MatmulPath::avx2;
   EXPECT_EQ(r.read_bytes_per_token, r.bytes_per_token + (pq2_copies ? ptq1 / 28 * 6 : 0));
+}
+
+// --profile: every backend call of the timed generations, and only those, lands in an entry per
+// operation; the products' entries name their weights, type and shape and count one call per layer
+// and token; the entries' time is part of the tokens' time, never more.
+TEST(Bench, ProfileTimesEveryCallOfTheTimedGenerations) {
+  const auto m = tiny_model(TypeId::PTQ1_0);
+  auto be = make_backend("cpu", 1);
+  BenchOptions o = short_run(3, 2);
+  o.profile = true;
+  const BenchResult r = bench(*m, *be, o);
+  EXPECT_EQ(r.profiled_tokens, 6);
+  const int64_t layers = int64_t(m->layers.size());
+  std::map<std::string, OpTime> by_op;
+  double inside = 0;
+  for (const OpTime& t : r.profile) {
+    by_op[t.op] = t;
+    inside += t.seconds;
+  }
+  const std::string qkv = "matmul attn_q+attn_k+attn_v (PTQ1_0, " + std::to_string(m->cfg.n_embd) + " x " +
+                          std::to_string(m->layers[0].wq->ne[1] + 2 * m->layers[0].wk->ne[1]) + ")";
+  ASSERT_TRUE(by_op.count(qkv)) << "no entry " << qkv;
+  EXPECT_EQ(by_op[qkv].calls, layers * 6);
+  const LayerWeights& l0 = m->layers[0];
+  EXPECT_EQ(by_op[qkv].bytes, uint64_t(layers * 6) * (be->read_bytes(*l0.wq) + be->read_bytes(*l0.wk) +
+                                                      be->read_bytes(*l0.wv)));
+  ASSERT_TRUE(by_op.count("attention"));
+  EXPECT_EQ(by_op["attention"].calls, layers * 6);
+  for (const OpTime& t : r.profile) EXPECT_GE(t.seconds, 0) << t.op;
+  EXPECT_LE(inside, r.profiled_seconds);
+  for (size_t i = 1; i < r.profile.size(); ++i) EXPECT_GE(r.profile[i - 1].seconds, r.profile[i].seconds);
+
+  const BenchResult plain = bench(*m, *be, short_run(3, 2));
+  EXPECT_TRUE(plain.profile.empty());
+  EXPECT_EQ(plain.profiled_tokens, 0);
+}
+
+// A GPU's calls return before they have run: timing them would measure the queueing.
+TEST(Bench, ProfileRefusesABackendThatQueuesItsCalls) {
+  const auto m = tiny_model(TypeId::Q8_0);
+  NamedCuda be;
+  BenchOptions o = short_run(2, 1);
+  o.profile = true;
+  const std::string msg = test::error_of([&] { bench(*m, be, o); });
+  EXPECT_NE(msg.find("--profile"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cuda:0"), std::string::npos) << msg;
 }
