@@ -61,8 +61,7 @@ class CpuBackend final : public Backend {
 
   void rmsnorm(const float* x, const std::vector<float>& weight, int64_t rows, int64_t dim, float eps,
                float* y) override {
-#pragma omp parallel for schedule(static) if (rows > 16)
-    for (int64_t r = 0; r < rows; ++r) cpu::rmsnorm(x + r * dim, weight.data(), dim, eps, y + r * dim);
+    cpu::parallel_for(rows, rows > 16, [&](int64_t r) { cpu::rmsnorm(x + r * dim, weight.data(), dim, eps, y + r * dim); });
   }
 
   void add_bias(float* y, const std::vector<float>& bias, int64_t rows) override {
@@ -81,28 +80,28 @@ class CpuBackend final : public Backend {
       rope_key_ = key;
       rope_cos_.resize(size_t(n * half));
       rope_sin_.resize(size_t(n * half));
-#pragma omp parallel for schedule(static) if (n > 4)
-      for (int64_t t = 0; t < n; ++t)
+      cpu::parallel_for(n, n > 4, [&](int64_t t) {
         for (int64_t i = 0; i < half; ++i) {
           const double theta = double(pos0 + t) * std::pow(double(base), -2.0 * double(i) / double(n_rot));
           rope_cos_[size_t(t * half + i)] = float(std::cos(theta));
           rope_sin_[size_t(t * half + i)] = float(std::sin(theta));
         }
+      });
     }
     const std::vector<float>& cs = rope_cos_;
     const std::vector<float>& sn = rope_sin_;
-#pragma omp parallel for collapse(2) schedule(static) if (n > 4)
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t h = 0; h < n_heads; ++h) {
-        float* v = x + (t * n_heads + h) * head_dim;
-        for (int64_t i = 0; i < half; ++i) {
-          const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-          const float c = cs[size_t(t * half + i)], s = sn[size_t(t * half + i)];
-          const float x0 = v[a], x1 = v[b];
-          v[a] = x0 * c - x1 * s;
-          v[b] = x0 * s + x1 * c;
-        }
+    // one index per (token, head): row th of x
+    cpu::parallel_for(n * n_heads, n > 4, [&](int64_t th) {
+      const int64_t t = th / n_heads;
+      float* v = x + th * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        const float c = cs[size_t(t * half + i)], s = sn[size_t(t * half + i)];
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c - x1 * s;
+        v[b] = x0 * s + x1 * c;
       }
+    });
   }
 
   // Head by head (cpu/attention.h): a head's cached positions are one contiguous run, which a
@@ -138,8 +137,10 @@ class CpuBackend final : public Backend {
   void silu_mul(float* g, const float* u, int64_t n) override {
     // One exp per element: a prompt's n_ff × tokens of them is worth both threads.
     constexpr int64_t kChunk = 4096;
-#pragma omp parallel for schedule(static) if (n >= cpu::kParallelWork)
-    for (int64_t i = 0; i < n; i += kChunk) cpu::swiglu(g + i, u + i, std::min(kChunk, n - i), g + i);
+    cpu::parallel_for((n + kChunk - 1) / kChunk, n >= cpu::kParallelWork, [&](int64_t c) {
+      const int64_t i = c * kChunk;
+      cpu::swiglu(g + i, u + i, std::min(kChunk, n - i), g + i);
+    });
   }
   void hadamard(const HadamardSpec& spec, float* x, int64_t n, int64_t k, bool inverse) override {
     if (inverse) hadamard_inverse(spec, x, n, k);

@@ -61,7 +61,8 @@ void ProfilingBackend::matmul_residual(const ResidualView& r, const float* x, in
 }
 void ProfilingBackend::rmsnorm(const float* x, const std::vector<float>& weight, int64_t rows, int64_t dim, float eps,
                                float* y) {
-  timed([] { return OpTime{"rmsnorm"}; }, [&] { inner_.rmsnorm(x, weight, rows, dim, eps, y); });
+  timed([&] { return OpTime{"rmsnorm (" + std::to_string(rows) + " x " + std::to_string(dim) + ")"}; },
+        [&] { inner_.rmsnorm(x, weight, rows, dim, eps, y); });
 }
 void ProfilingBackend::add_bias(float* y, const std::vector<float>& bias, int64_t rows) {
   timed([] { return OpTime{"add_bias"}; }, [&] { inner_.add_bias(y, bias, rows); });

@@ -10,6 +10,20 @@ namespace bonsai::cpu {
 // not open a parallel region at all (even a one-thread region costs about a microsecond).
 constexpr int64_t kParallelWork = int64_t(1) << 16;
 
+// fn(i) for i in [0, n): split statically across the threads when `parallel`, else a plain loop on
+// this thread. An OpenMP region whose if clause is false still costs ~1.2 us on the 2-core Zen 5
+// (libgomp sets up a team of one): 113 rmsnorms, 56 ropes and 28 SwiGLUs of a generated token of
+// Qwen3-1.7B paid it every time (docs/benchmarks.md, "Where a generated token's time goes").
+template <class Fn>
+void parallel_for(int64_t n, bool parallel, const Fn& fn) {
+  if (parallel) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) fn(i);
+  } else {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+  }
+}
+
 // From this many tokens on, a step's products run as GEMMs: OpenBLAS SGEMMs for float weights
 // (matmul.cpp) and attention (attention.cpp), codes unpacked once per tile of rows for quantized
 // weights (kernels_avx2.cpp, gemm_q8); below it the per-token kernels are faster.
