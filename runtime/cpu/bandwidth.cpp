@@ -46,11 +46,11 @@ ReadProbe::ReadProbe(size_t bytes)
   }
 }
 
-double ReadProbe::measure_gbs(int runs) {
-  double best = 0.0;
+double ReadProbe::measure_gbs(int runs, double warm_s) {
+  using clock = std::chrono::steady_clock;
   uint64_t sink = 0;
-  for (int r = 0; r < std::max(runs, 1); ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
+  auto pass = [&] {  // seconds of one pass of all threads over the buffer
+    const auto t0 = clock::now();
     uint64_t total = 0;
 #pragma omp parallel reduction(+ : total)
     {
@@ -58,10 +58,13 @@ double ReadProbe::measure_gbs(int runs) {
       part_of(n_, i0, i1);
       total += read_sum(buf_ + i0, i1 - i0);
     }
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     sink += total;
-    if (s > 0) best = std::max(best, double(n_) * sizeof(uint64_t) / s / 1e9);
-  }
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  for (const auto w0 = clock::now(); std::chrono::duration<double>(clock::now() - w0).count() < warm_s;) pass();
+  double best = 0.0;
+  for (int r = 0; r < std::max(runs, 1); ++r)
+    if (const double s = pass(); s > 0) best = std::max(best, double(n_) * sizeof(uint64_t) / s / 1e9);
   // The sums must be used, or the passes could be optimized away.
   volatile uint64_t keep = sink;
   (void)keep;
