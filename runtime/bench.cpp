@@ -64,7 +64,7 @@ BenchResult bench(const Model& m, Backend& be, const BenchOptions& o, const std:
     s.reset();
     one.bandwidth_before_gbs = be.measure_bandwidth_gbs();
     int32_t tok = prompt[0];
-    profiler.record(rep >= 0);
+    profiler.record(o.profile && rep >= 0);  // the timed generations only
     t0 = clock::now();
     for (int64_t i = 0; i < o.n_gen; ++i) {
       s.eval(&tok, 1, 0, logits.data());

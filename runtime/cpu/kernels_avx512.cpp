@@ -416,10 +416,12 @@ __m512i load_pair(const Block* w) {
                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[1].qs)), 1);
 }
 
-// The scales of blocks w[0..3] (fp16, first in the block) as float.
-template <class Block>
+// The scales of blocks w[0..N) (fp16, first in the block; N = 2 or 4) as float, zero past them.
+template <int N = 4, class Block>
 __m128 scales4(const Block* w) {
-  return _mm_cvtph_ps(_mm_setr_epi16(short(w[0].d), short(w[1].d), short(w[2].d), short(w[3].d), 0, 0, 0, 0));
+  static_assert(N == 2 || N == 4);
+  return _mm_cvtph_ps(_mm_setr_epi16(short(w[0].d), short(w[1].d), short(N > 2 ? w[2].d : 0), short(N > 2 ? w[3].d : 0),
+                                     0, 0, 0, 0));
 }
 
 // One Q8_0 row of nb blocks against T tokens (token t's activations at q + t * nb * 32, scales at
@@ -488,8 +490,7 @@ void dot_pq2(const block_pq2_0* w, int64_t nb, const int8_t* act, const float* d
       for (int n = 0; n < 4; ++n) plane[k][n] = _mm512_and_si512(n ? _mm512_srli_epi16(c, 2 * n) : c, m3);
     }
     const __mmask8 live = __mmask8((1u << (2 * P)) - 1);
-    const __m128 dw = P == 2 ? scales4(w + i)
-                             : _mm_cvtph_ps(_mm_setr_epi16(short(w[i].d), short(w[i + 1].d), 0, 0, 0, 0, 0, 0));
+    const __m128 dw = scales4<2 * P>(w + i);
     for (int t = 0; t < T; ++t) {
       const int8_t* a = act + t * nb * QK_PQ2_0 + i / 2 * kPairAct;
       const __m512 scale = _mm512_castps128_ps512(_mm_mul_ps(dw, _mm_maskz_loadu_ps(live, d + t * nb + i)));
