@@ -35,6 +35,8 @@ constexpr ActLayout kTQ2_0{QK_K, 1, identity};
 constexpr ActLayout kTQ1_0{QK_K, 1, base3_packed};
 constexpr ActLayout kPTQ1_0{QK_PTQ1_0, 1, base3_packed};
 constexpr ActLayout kPTQ1_0InOrder{QK_PTQ1_0, 1, identity};
+// AVX-512's Q8_0 copy holds each code plus 128 (kernels_avx512.cpp, Q8Slabs).
+constexpr ActLayout kQ8_0Unsigned{QK8_0, 128, identity};
 
 // quantize_act keeps one block of values on the stack.
 static_assert(QK_K >= QK8_0 && QK_K >= QK4_0 && QK_K >= QK1_0 && QK_K >= QK2_0 && QK_K >= QK_PQ2_0 &&
@@ -58,6 +60,7 @@ const ActLayout* act_layout(TypeId type) {
 
 const ActLayout* act_layout_avx512(TypeId type) {
   if (type == TypeId::PTQ1_0) return &kPTQ1_0InOrder;
+  if (type == TypeId::Q8_0) return &kQ8_0Unsigned;
   if (type == TypeId::PQ2_0) return &kPQ2_0;  // its planes are what the AVX-512 kernel reads
   const ActLayout* l = act_layout(type);
   return l && l->elem == identity ? l : nullptr;

@@ -25,8 +25,8 @@ const ActLayout* act_layout(TypeId type);
 // The layout the AVX-512 kernels take (kernels_avx512.h): act_layout(type)'s blocks in element
 // order (elem the identity) for PTQ1_0, whose kernel lays out the activations itself, so that they
 // quantize with plain loads, not gathers; PQ2_0's own planes, which its kernel reads as they are;
-// act_layout(type) itself where that is in element order (Q8_0); nullptr otherwise. A block's
-// codes and scale do not depend on the order.
+// Q8_0's in element order with offset 128 (its copy holds each code plus 128); nullptr otherwise.
+// A block's codes and scale depend on neither the order nor the offset.
 const ActLayout* act_layout_avx512(TypeId type);
 
 // n_tokens rows of cols activations. For each span b of qk positions (one weight block's worth,

@@ -7,7 +7,7 @@
 // decode, not memory, sets the speed (21% of the bandwidth roofline on a 2-core Zen 5). Here the
 // digits of 64 bytes at once come from table lookups (byte permutes of tables held in registers),
 // and VNNI's vpdpbusd multiplies the 0..2 codes with the int8 activations and sums them in int32.
-// The weights are read from a copy made once per weight (pack_ptq1): each 16 blocks of a row are
+// The weights are read from a copy made once per weight (pack): each 16 blocks of a row are
 // one "slab" of seven registers with one block per 32-bit lane, so every digit register of a slab
 // adds into the same lanes and needs one int->float step per 16 blocks, and the digit bytes are
 // recoded so that a byte's five digits take two permutes and no mask register (Recoding). The
@@ -15,11 +15,12 @@
 // the slab's register order once per call. A lone token's rows go four at a time, so that each
 // activation register serves four rows, and ask for their weights ahead of the hardware prefetcher.
 //
-// Q8_0, any number of tokens. Its codes need no unpacking; what AVX-512 saves over AVX2 is the
-// per-block work: two blocks per register, one vpdpbusd per register and token instead of AVX2's
-// two sign transfers, maddubs and madd per block. PQ2_0 the same way, its 34-byte blocks two per
-// register too: a shift and a mask per plane of two-bit codes, four vpdpbusd per register and
-// token (on the Zen 5, tg128 1.2x and pp512 2x the AVX2 kernel's: docs/benchmarks.md).
+// Q8_0, any number of tokens. Its codes need no unpacking; its copy takes PTQ1_0's slabs too, the
+// codes made unsigned, so that a register of codes costs one load and one vpdpbusd per token and
+// the per-block work (scales, conversion to float) comes once per slab. PQ2_0 reads its 34-byte
+// blocks as stored, two per register: a shift and a mask per plane of two-bit codes, four vpdpbusd
+// per register and token (on the Zen 5, tg128 1.2x and pp512 2x the AVX2 kernel's:
+// docs/benchmarks.md).
 #include "runtime/cpu/kernels_avx512.h"
 
 // GCC 12's AVX-512 intrinsics start from _mm*_undefined_*() values, which -W(maybe-)uninitialized
@@ -53,14 +54,14 @@ using tiles::min64;
 // sum into the same int32 lanes, which turn float once per slab with 16 scales dw * da, and no
 // byte of the 448 is padding (the d bytes decode to digits that meet zero activations).
 constexpr int kSlab = 16;                                 // blocks per slab
-constexpr int kWords = int(sizeof(block_ptq1_0)) / 4;    // registers per slab (7)
-constexpr int kQsWords = kWords - 1;                      // words of five-digit bytes (the last: qh, d)
+constexpr int kWordsPtq1 = int(sizeof(block_ptq1_0)) / 4;  // registers per slab (7)
+constexpr int kQsWords = kWordsPtq1 - 1;                  // words of five-digit bytes (the last: qh, d)
 constexpr int kActRegs = 5 * kQsWords + 4;                // digit registers per slab (34)
-constexpr int64_t kSlabAct = 64 * kActRegs;               // activation bytes per slab and token
+constexpr int64_t kSlabActPtq1 = 64 * kActRegs;           // activation bytes per slab and token
 static_assert(sizeof(block_ptq1_0) == 28 && QK_PTQ1_0 == 128, "the slab layout follows the block's 28 bytes");
 
-// The digit register (word k, digit n) is activation register act_reg(k, n).
-constexpr int act_reg(int k, int n) { return k < kQsWords ? 5 * k + n : 5 * kQsWords + n; }
+// The digit register (word k, digit n) is activation register act_reg_ptq1(k, n).
+constexpr int act_reg_ptq1(int k, int n) { return k < kQsWords ? 5 * k + n : 5 * kQsWords + n; }
 
 // The element of a block that byte j of word k carries as digit n, or -1 (the scale's bytes, and
 // qh's fifth digit): formats' placement (for_each_trit) over the block's 28 bytes.
@@ -164,8 +165,12 @@ struct Lut {
   }
 };
 
+// Rows per call of run_slabs' for_rows lambda: up to four single-token rows that share their
+// activation loads (dot_slabs<4, 1>, where a type's kRows is 4) and one reduction of their lanes.
+constexpr int kRowsSlab = 4;
+
 // Slabs per row of nb blocks (the last one holds nb % 16 blocks when that is not 0).
-int64_t slabs(int64_t nb) { return (nb + kSlab - 1) / kSlab; }
+int64_t slab_count(int64_t nb) { return (nb + kSlab - 1) / kSlab; }
 
 // Reorders token rows of quantized activations (elem: position -> element within a block; the
 // identity for act_layout_avx512) into slab order: per token and slab, the 34 digit registers,
@@ -177,18 +182,18 @@ void reorder_ptq1(const int32_t* elem, const int8_t* q, int64_t cols, int64_t n_
   for (int p = 0; p < QK_PTQ1_0; ++p) pos[elem[p]] = uint8_t(p);
   alignas(64) uint8_t idx[3 * 64] = {};
   uint64_t keep[3] = {};
-  for (int k = 0; k < kWords; ++k)
+  for (int k = 0; k < kWordsPtq1; ++k)
     for (int n = 0; n < (k < kQsWords ? 5 : 4); ++n)
       for (int j = 0; j < 4; ++j) {
-        const int e = slab_elem(k, n, j), o = 4 * act_reg(k, n) + j;
+        const int e = slab_elem(k, n, j), o = 4 * act_reg_ptq1(k, n) + j;
         if (e < 0) continue;
         idx[o] = pos[e];
         keep[o / 64] |= uint64_t(1) << (o % 64);
       }
   const __m512i i0 = _mm512_load_si512(idx), i1 = _mm512_load_si512(idx + 64), i2 = _mm512_load_si512(idx + 128);
-  const int64_t nb = cols / QK_PTQ1_0, ns = slabs(nb);
+  const int64_t nb = cols / QK_PTQ1_0, ns = slab_count(nb);
   if (nb % kSlab != 0)
-    for (int64_t t = 0; t < n_tokens; ++t) std::memset(dst + (t * ns + ns - 1) * kSlabAct, 0, kSlabAct);
+    for (int64_t t = 0; t < n_tokens; ++t) std::memset(dst + (t * ns + ns - 1) * kSlabActPtq1, 0, kSlabActPtq1);
   for (int64_t b = 0; b < n_tokens * nb; ++b) {
     const int8_t* src = q + b * QK_PTQ1_0;
     const __m512i lo = _mm512_loadu_si512(src), hi = _mm512_loadu_si512(src + 64);
@@ -197,8 +202,32 @@ void reorder_ptq1(const int32_t* elem, const int8_t* q, int64_t cols, int64_t n_
     _mm512_store_si512(words + 64, _mm512_maskz_permutex2var_epi8(keep[1], lo, i1, hi));
     _mm512_store_si512(words + 128, _mm512_maskz_permutex2var_epi8(keep[2], lo, i2, hi));
     // block b is token b / nb, slab (b % nb) / 16, lane (b % nb) % 16
-    int8_t* slab = dst + (b / nb * ns + b % nb / kSlab) * kSlabAct + 4 * (b % nb % kSlab);
+    int8_t* slab = dst + (b / nb * ns + b % nb / kSlab) * kSlabActPtq1 + 4 * (b % nb % kSlab);
     for (int r = 0; r < kActRegs; ++r) std::memcpy(slab + 64 * r, words + 4 * r, 4);
+  }
+}
+
+// ---- Q8_0 slabs ----
+//
+// Q8_0's copy (pack_q8_row) holds each row's nb fp16 scales, then its codes in slabs of 16 blocks
+// as PTQ1_0's: register k of a slab holds bytes 4k..4k+3 of each block's 32 codes, one block per 32-bit lane,
+// each code plus 128 (vpdpbusd multiplies unsigned by signed bytes; value = code - 128 makes the
+// -128 the activations' correction, act_quant.h). So the eight registers of a slab sum into the
+// same lanes, which turn float once per slab, and a register costs one load and one vpdpbusd per
+// token. The blocks as stored, two per register, took two loads, an insert, a sign flip, a
+// conversion, a permute and an FMA per register, and four scalar scale loads per two registers.
+constexpr int kWordsQ8 = QK8_0 / 4;              // registers per slab (8)
+constexpr int64_t kSlabActQ8 = 64 * kWordsQ8;    // activation bytes per slab and token
+
+// Token rows of quantized activations (element order) into slab order: per token and slab, the
+// eight registers, lane i from block i, zero where a partial slab has no block.
+void reorder_q8(const int8_t* q, int64_t cols, int64_t n_tokens, int8_t* dst) {
+  const int64_t nb = cols / QK8_0, ns = slab_count(nb);
+  if (nb % kSlab != 0)
+    for (int64_t t = 0; t < n_tokens; ++t) std::memset(dst + (t * ns + ns - 1) * kSlabActQ8, 0, kSlabActQ8);
+  for (int64_t b = 0; b < n_tokens * nb; ++b) {
+    int8_t* slab = dst + (b / nb * ns + b % nb / kSlab) * kSlabActQ8 + 4 * (b % nb % kSlab);
+    for (int k = 0; k < kWordsQ8; ++k) std::memcpy(slab + 64 * k, q + b * QK8_0 + 4 * k, 4);
   }
 }
 
@@ -225,60 +254,115 @@ using tiles::kPrefetchBytes;
 // Whether R rows against T tokens prefetch, decided at compile time: a lone row comes only at the
 // end of a tile, several tokens' rows meet each weight line four times, and a run-time test on
 // the distance made a lone row take 40% longer (scratch harness, from L1).
-template <int R, int T>
-constexpr bool kAhead = T == 1 && R > 1;
+// A T0 prefetch of p's line that stays where the code puts it, one beside each weight load: GCC
+// schedules _mm_prefetch freely and once moved a slab's 28 to its start, where they held up the
+// loads (the ternary products streamed 5-8% slower).
+inline void prefetch_in_place(const uint8_t* p) { asm volatile("prefetcht0 %0" : : "m"(*p)); }
+template <int R, int T, class Slabs>
+constexpr bool kAhead = T == 1 && R == Slabs::kRows;
 
-// One slab of m blocks (m = 16 when Full) of R PTQ1_0 rows (rb bytes apart) against T tokens
-// (slab-ordered activations act + t * stride; that slab's per-block scales d[t] and corrections
-// corr[t], as act_quant.h): adds to acc[r][t] the 16 lanes of their dot products times their
-// scales and to cacc[r][t] their corrections. Word by word: each weight register is decoded once
-// for the T tokens and each activation register is loaded once for the R rows. The digit
-// registers sum in C int32 chains per row and token (the sums are integers, so neither C nor R
-// changes a bit of the result), which turn float once with the 16 scales dw_i * d_i. Where
-// kAhead, each weight line asks for the line `ahead` bytes further on.
+// What slab_dot needs of a type whose rows are slabs (pack: pack_ptq1_row's, pack_q8_row's): its
+// words per slab and where they are, the code registers each word gives and the activation
+// register each of those meets, and the slab's 16 scales.
+//
+// PTQ1_0: the seven words of a slab are the block's 28 bytes; each word's bytes give five digit
+// registers (four for the last, whose top half is the scale) through the Lut.
+struct Ptq1Slabs {
+  static constexpr int kWords = kWordsPtq1;
+  static constexpr int64_t kSlabAct = kSlabActPtq1;
+  static constexpr int64_t kBlockBytes = sizeof(block_ptq1_0);
+  static constexpr int kMaxRegs = 5;
+  static constexpr int kRows = kRowsSlab;
+  static constexpr int regs(int k) { return k < kQsWords ? 5 : 4; }
+  static constexpr int act_reg(int k, int n) { return act_reg_ptq1(k, n); }
+  Lut lut;
+  // Row `row`'s slab from block b0 on, and its scale bytes apart from the codes (none: in word 6).
+  const uint8_t* codes(const uint8_t* row, int64_t b0) const { return row + b0 * kBlockBytes; }
+  const uint8_t* scales(const uint8_t*, int64_t) const { return nullptr; }
+  void decode(int k, __m512i b, __m512i* c) const {
+    if (k < kQsWords) lut.digits<5>(b, c);
+    else lut.digits<4>(b, c);
+  }
+  // The scales from the slab's last word (top half of each lane).
+  template <bool Full>
+  __m512 scale(const uint8_t*, __mmask16, __m512i last) const {
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(last, 16)));
+  }
+};
+
+// Q8_0: each row's nb fp16 scales, then its codes in slabs (pack_q8_row), each word one register of
+// codes plus 128.
+struct Q8Slabs {
+  static constexpr int kWords = kWordsQ8;
+  static constexpr int64_t kSlabAct = kSlabActQ8;
+  static constexpr int64_t kBlockBytes = QK8_0;  // code bytes; the scales lie before them
+  static constexpr int kMaxRegs = 1;
+  static constexpr int kRows = 1;
+  static constexpr int regs(int) { return 1; }
+  static constexpr int act_reg(int k, int) { return k; }
+  int64_t nb;  // blocks per row
+  const uint8_t* codes(const uint8_t* row, int64_t b0) const { return row + 2 * nb + b0 * kBlockBytes; }
+  const uint8_t* scales(const uint8_t* row, int64_t b0) const { return row + 2 * b0; }
+  void decode(int, __m512i b, __m512i* c) const { c[0] = b; }
+  template <bool Full>
+  __m512 scale(const uint8_t* s, __mmask16 lanes, __m512i) const {
+    return _mm512_cvtph_ps(Full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)) : _mm256_maskz_loadu_epi16(lanes, s));
+  }
+};
+
+// One slab of m blocks (m = 16 when Full; from block b0 on) of R rows (from `row` on, rb bytes
+// apart) against T tokens (slab-ordered activations act + t * stride; that slab's per-block scales
+// d[t] and corrections corr[t], as act_quant.h): adds to acc[r][t] the 16 lanes of their dot
+// products times their scales and to cacc[r][t] their corrections. Word by word: each weight
+// register is decoded once for the T tokens and each activation register is loaded once for the R
+// rows. The code registers sum in C int32 chains per row and token (the sums are integers, so
+// neither C nor R changes a bit of the result), which turn float once with the 16 scales dw_i *
+// d_i. Where kAhead, each weight line asks for the line `ahead` bytes further on.
 // A masked load only for a last, partial slab: on Zen 5 a stream of masked loads from memory ran
 // at a third of the speed of plain ones.
-template <int R, int T, int C, bool Full>
-void slab_dot(const Lut& lut, const uint8_t* w, int64_t rb, int m, const int8_t* act, int64_t stride,
-              const float* const* d, const float* const* corr, int64_t b0, int64_t ahead, __m512 (&acc)[R][T],
-              __m512 (&cacc)[R][T]) {
+template <int R, int T, int C, bool Full, class Slabs>
+void slab_dot(const Slabs& slabs, const uint8_t* row, int64_t rb, int64_t b0, int m, const int8_t* act, int64_t stride,
+              const float* const* d, const float* const* corr, int64_t ahead, __m512 (&acc)[R][T], __m512 (&cacc)[R][T]) {
+  constexpr int kWords = Slabs::kWords, kLast = kWords - 1;
   const __mmask16 lanes = __mmask16((1u << m) - 1);
   __m512i s[R][T][C];
-#pragma GCC unroll 7
+#pragma GCC unroll 8
   for (int k = 0; k < kWords; ++k) {
     // Activation register (t, n): loaded once here for several rows; for one row, at its use (a
     // load folded into vpdpbusd: several tokens' 20 registers would not fit beside the chains).
-    auto load_act = [&](int t, int n) { return _mm512_load_si512(act + t * stride + 64 * act_reg(k, n)); };
-    __m512i a[T][5];
+    auto load_act = [&](int t, int n) { return _mm512_load_si512(act + t * stride + 64 * Slabs::act_reg(k, n)); };
+    __m512i a[T][Slabs::kMaxRegs];
     if constexpr (R > 1)
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t)
-#pragma GCC unroll 5
-        for (int n = 0; n < 5; ++n)
-          if (n < 4 || k < kQsWords) a[t][n] = load_act(t, n);
+        for (int n = 0; n < Slabs::kMaxRegs; ++n)
+          if (n < Slabs::regs(k)) a[t][n] = load_act(t, n);
     auto act_at = [&](int t, int n) {
       if constexpr (R > 1) return a[t][n];
       else return load_act(t, n);
     };
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      const uint8_t* wr = w + r * rb;
+      const uint8_t* wr = slabs.codes(row + r * rb, b0);
       const __m512i b = Full ? _mm512_loadu_si512(wr + 64 * k) : _mm512_maskz_loadu_epi32(lanes, wr + 4 * m * k);
-      if constexpr (Full && kAhead<R, T>) _mm_prefetch(reinterpret_cast<const char*>(wr + ahead + 64 * k), _MM_HINT_T0);
-      __m512i c[5];
-      if (k < kQsWords) lut.digits<5>(b, c);
-      else lut.digits<4>(b, c);
+      if constexpr (Full && kAhead<R, T, Slabs>) {
+        prefetch_in_place(wr + ahead + 64 * k);
+        if (const uint8_t* sr = slabs.scales(row + r * rb, b0); sr && k == 0) prefetch_in_place(sr + ahead);
+      }
+      __m512i c[Slabs::kMaxRegs];
+      slabs.decode(k, b, c);
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
         __m512i& chain = s[r][t][k % C];
         chain = _mm512_dpbusd_epi32(k < C ? _mm512_setzero_si512() : chain, c[0], act_at(t, 0));
+        if constexpr (Slabs::kMaxRegs > 1)
 #pragma GCC unroll 4
-        for (int n = 1; n < 5; ++n)
-          if (n < 4 || k < kQsWords) chain = _mm512_dpbusd_epi32(chain, c[n], act_at(t, n));
+          for (int n = 1; n < Slabs::kMaxRegs; ++n)
+            if (n < Slabs::regs(k)) chain = _mm512_dpbusd_epi32(chain, c[n], act_at(t, n));
       }
-      if (k < kQsWords) continue;
-      // the row's last word: its chains turn float with the scales (d: word 6's top half)
-      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16)));
+      if (k < kLast) continue;
+      // the row's last word: its chains turn float with the scales
+      const __m512 dw = slabs.template scale<Full>(slabs.scales(row + r * rb, b0), lanes, b);
       for (int t = 0; t < T; ++t) {
         __m512i sum = s[r][t][0];
         for (int j = 1; j < C; ++j) sum = _mm512_add_epi32(sum, s[r][t][j]);
@@ -291,44 +375,42 @@ void slab_dot(const Lut& lut, const uint8_t* w, int64_t rb, int m, const int8_t*
   }
 }
 
-// R PTQ1_0 rows (pack_ptq1's slabs, nb blocks, rb bytes apart) against T tokens, slab by slab
-// (slab_dot): v[r][t] gets 16 lanes whose sum is the dot product. A lone token's rows go four at
-// a time with one chain each, so that each activation register serves four rows (docs/benchmarks.md,
-// "PTQ1_0 rows four at a time"), and ask for their weights ahead; a row alone takes one chain per
-// word (vpdpbusd's latency would make a single chain of 34 the limit); several tokens take two
-// per token (their chains already overlap, and seven per token would not fit in the registers).
-template <int R, int T>
-void dot_ptq1(const Lut& lut, const uint8_t* w, int64_t rb, int64_t nb, const int8_t* act, int64_t stride,
-              const float* const* d, const float* const* corr, __m512 (&v)[R][T]) {
-  constexpr int C = T > 1 ? 2 : R > 1 ? 1 : kWords;
-  const int64_t group = R * rb, ahead = kAhead<R, T> ? group * ((kPrefetchBytes + group - 1) / group) : 0;
+// R rows (slabs, nb blocks, rb bytes apart) against T tokens, slab by slab (slab_dot): v[r][t]
+// gets 16 lanes whose sum is the dot product. A lone token's rows go Slabs::kRows at a time and
+// ask for their weights ahead: PTQ1_0's four at a time with one chain each, so that each
+// activation register serves four rows (docs/benchmarks.md, "PTQ1_0 rows four at a time"); Q8_0's
+// one at a time, whose light loop streamed 84-89 GB/s so against 58-64 four at a time
+// (bench_matmul, docs/benchmarks.md, "Q8_0 in slabs"). A row alone takes one chain per word
+// (vpdpbusd's latency would make a single chain of 34 the limit); several tokens take two per
+// token (their chains already overlap, and seven per token would not fit in the registers).
+template <int R, int T, class Slabs>
+void dot_slabs(const Slabs& slabs, const uint8_t* row, int64_t rb, int64_t nb, const int8_t* act, int64_t stride,
+               const float* const* d, const float* const* corr, __m512 (&v)[R][T]) {
+  constexpr int C = T > 1 ? 2 : R > 1 ? 1 : Slabs::kWords;
+  const int64_t group = R * rb, ahead = kAhead<R, T, Slabs> ? group * ((kPrefetchBytes + group - 1) / group) : 0;
   __m512 acc[R][T], cacc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = cacc[r][t] = _mm512_setzero_ps();
   int64_t b0 = 0;
-  for (; b0 + kSlab <= nb; b0 += kSlab, act += kSlabAct, w += kSlab * int64_t(sizeof(block_ptq1_0)))
-    slab_dot<R, T, C, true>(lut, w, rb, kSlab, act, stride, d, corr, b0, ahead, acc, cacc);
-  if (b0 < nb) slab_dot<R, T, C, false>(lut, w, rb, int(nb - b0), act, stride, d, corr, b0, 0, acc, cacc);
+  for (; b0 + kSlab <= nb; b0 += kSlab, act += Slabs::kSlabAct)
+    slab_dot<R, T, C, true>(slabs, row, rb, b0, kSlab, act, stride, d, corr, ahead, acc, cacc);
+  if (b0 < nb) slab_dot<R, T, C, false>(slabs, row, rb, b0, int(nb - b0), act, stride, d, corr, 0, acc, cacc);
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) v[r][t] = _mm512_sub_ps(acc[r][t], cacc[r][t]);
 }
 
-// nr PTQ1_0 rows (rb bytes apart) against T tokens, R rows at a time (nr a multiple of R):
-// v[row][t] as dot_ptq1.
-template <int R, int T>
-void dot_rows_ptq1(const Lut& lut, const uint8_t* w, int64_t rb, int64_t nb, int nr, const int8_t* act,
-                   int64_t stride, const float* const* d, const float* const* corr, __m512 (*v)[kTokens]) {
+// nr rows (rb bytes apart) against T tokens, R rows at a time (nr a multiple of R): v[row][t] as
+// dot_slabs.
+template <int R, int T, class Slabs>
+void dot_rows(const Slabs& slabs, const uint8_t* w, int64_t rb, int64_t nb, int nr, const int8_t* act, int64_t stride,
+              const float* const* d, const float* const* corr, __m512 (*v)[kTokens]) {
   for (int k = 0; k < nr; k += R) {
     __m512 vk[R][T];
-    dot_ptq1<R, T>(lut, w + k * rb, rb, nb, act, stride, d, corr, vk);
+    dot_slabs<R, T>(slabs, w + k * rb, rb, nb, act, stride, d, corr, vk);
     for (int i = 0; i < R; ++i)
       for (int t = 0; t < T; ++t) v[k + i][t] = vk[i][t];
   }
 }
-
-// Rows per call of the for_rows lambda: four single-token rows share their activation loads
-// (dot_ptq1<4, 1>) and one reduction of their lanes.
-constexpr int kRowsPtq1 = 4;
 
 // Rows of the parts laid end to end: fn(part, its first row, row count) for the ones among
 // [r, r + nr), so that one pass of the threads covers every part (for_rows over their sum).
@@ -352,12 +434,15 @@ int64_t total_rows(const Part* parts, int count) {
   return rows;
 }
 
-void run_ptq1(const Part* parts, int count, int64_t cols, const avx2::ActView& a, const int32_t* elem, int8_t* scratch) {
-  reorder_ptq1(elem, a.q, cols, a.n_tokens, scratch);
-  const int64_t nb = cols / QK_PTQ1_0, stride = slabs(nb) * kSlabAct;
-  const int64_t rb = nb * int64_t(sizeof(block_ptq1_0));
-  for_rows<kRowsPtq1>(total_rows(parts, count), a.n_tokens, rb, cols, [&](int64_t r0, int n0, int64_t t0, int nt) {
-    const Lut lut;
+// The rows of the parts (slabs as `proto` reads them, rows of nb blocks, rb bytes) against the
+// tokens of `a`, whose activations `act` holds in slab order (stride bytes per token). A lone
+// token's rows go Slabs::kRows at a time.
+template <class Slabs>
+void run_slabs(const Part* parts, int count, int64_t cols, int64_t nb, int64_t rb, const avx2::ActView& a,
+               const int8_t* scratch, int64_t stride, const Slabs& proto) {
+  constexpr bool kFour = Slabs::kRows == kRowsSlab;
+  for_rows<kRowsSlab>(total_rows(parts, count), a.n_tokens, rb, cols, [&](int64_t r0, int n0, int64_t t0, int nt) {
+    const Slabs slabs = proto;  // in this thread's registers (PTQ1_0's tables)
     const int8_t* act = scratch + t0 * stride;
     const float* d[kTokens];
     const float* corr[kTokens];
@@ -366,19 +451,19 @@ void run_ptq1(const Part* parts, int count, int64_t cols, const avx2::ActView& a
       corr[t] = a.corr + (t0 + t) * nb;
     }
     in_parts(parts, count, r0, n0, [&](const Part& part, int64_t r, int nr) {
-      __m512 v[kRowsPtq1][kTokens];
+      __m512 v[kRowsSlab][kTokens];
       const uint8_t* w = part.w + r * rb;
-      if (nt == 1 && nr == kRowsPtq1) dot_rows_ptq1<kRowsPtq1, 1>(lut, w, rb, nb, nr, act, stride, d, corr, v);
+      if (kFour && nt == 1 && nr == kRowsSlab) dot_rows<kRowsSlab, 1>(slabs, w, rb, nb, nr, act, stride, d, corr, v);
       else
         switch (nt) {
-          case 1: dot_rows_ptq1<1, 1>(lut, w, rb, nb, nr, act, stride, d, corr, v); break;
-          case 2: dot_rows_ptq1<1, 2>(lut, w, rb, nb, nr, act, stride, d, corr, v); break;
-          case 3: dot_rows_ptq1<1, 3>(lut, w, rb, nb, nr, act, stride, d, corr, v); break;
-          default: dot_rows_ptq1<1, 4>(lut, w, rb, nb, nr, act, stride, d, corr, v); break;
+          case 1: dot_rows<1, 1>(slabs, w, rb, nb, nr, act, stride, d, corr, v); break;
+          case 2: dot_rows<1, 2>(slabs, w, rb, nb, nr, act, stride, d, corr, v); break;
+          case 3: dot_rows<1, 3>(slabs, w, rb, nb, nr, act, stride, d, corr, v); break;
+          default: dot_rows<1, 4>(slabs, w, rb, nb, nr, act, stride, d, corr, v); break;
         }
       float* y = part.y;
-      if (nr == kRowsPtq1 && nt == 1) {
-        alignas(16) float o[kRowsPtq1];
+      if (kFour && nr == kRowsSlab && nt == 1) {
+        alignas(16) float o[kRowsSlab];
         _mm_store_ps(o, reduce4(v[0][0], v[1][0], v[2][0], v[3][0]));
         for (int k = 0; k < nr; ++k) y[t0 * part.rows + r + k] = o[k];
       } else {
@@ -389,76 +474,44 @@ void run_ptq1(const Part* parts, int count, int64_t cols, const avx2::ActView& a
   });
 }
 
-// ---- Q8_0 pairs ----
-//
-// Two blocks per register, 32 signed codes each. vpdpbusd multiplies unsigned by signed bytes,
-// so the codes go in as w + 128 (their sign bit flipped), and each block's dot product starts
-// from -128 * sum(a) instead of 0, spread as -16 * sum(a) over its eight int32 lanes: the lanes'
-// sum is then exactly the block's sum of w * a, as AVX2 computes it. Those starting values are
-// laid out per token and block, eight lanes each, by prep_q8.
-constexpr int kLanes = 8;  // int32 lanes per block in a register
-constexpr int kStepQ8 = 4;  // blocks per step of dot_q8: two registers
-
-void prep_q8(const int8_t* q, int64_t cols, int64_t n_tokens, int32_t* start) {
-  for (int64_t b = 0; b < n_tokens * (cols / QK8_0); ++b) {
-    int32_t sum = 0;
-    for (int j = 0; j < QK8_0; ++j) sum += q[b * QK8_0 + j];
-    for (int k = 0; k < kLanes; ++k) start[b * kLanes + k] = -16 * sum;
-  }
+void run_ptq1(const Part* parts, int count, int64_t cols, const avx2::ActView& a, const int32_t* elem, int8_t* scratch) {
+  reorder_ptq1(elem, a.q, cols, a.n_tokens, scratch);
+  const int64_t nb = cols / QK_PTQ1_0;
+  run_slabs(parts, count, cols, nb, nb * Ptq1Slabs::kBlockBytes, a, scratch, slab_count(nb) * kSlabActPtq1,
+            Ptq1Slabs{});
 }
 
-// The 32 code bytes of blocks w[0] and w[1] (Q8_0 or PQ2_0: 34 bytes, the scale first), as the
-// low and high halves of one register.
-template <class Block>
-__m512i load_pair(const Block* w) {
-  static_assert(sizeof(w->qs) == 32, "a pair fills one register");
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[0].qs))),
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[1].qs)), 1);
-}
-
-// The scales of blocks w[0..N) (fp16, first in the block; N = 2 or 4) as float, zero past them.
-template <int N = 4, class Block>
-__m128 scales4(const Block* w) {
-  static_assert(N == 2 || N == 4);
-  return _mm_cvtph_ps(_mm_setr_epi16(short(w[0].d), short(w[1].d), short(N > 2 ? w[2].d : 0), short(N > 2 ? w[3].d : 0),
-                                     0, 0, 0, 0));
-}
-
-// One Q8_0 row of nb blocks against T tokens (token t's activations at q + t * nb * 32, scales at
-// d + t * nb, starting sums at start + t * nb * kLanes), four blocks per step: two registers, each
-// with its own accumulator so that their FMAs overlap.
-template <int T>
-void dot_q8(const block_q8_0* w, int64_t nb, const int8_t* q, const float* d, const int32_t* start, float* out) {
-  const __m512i pair0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  const __m512i pair1 = _mm512_add_epi32(pair0, _mm512_set1_epi32(2));
-  const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
-  __m512 acc0[T], acc1[T];
-  for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < nb; i += kStepQ8) {
-    const __m512i c0 = _mm512_xor_si512(load_pair(w + i), flip), c1 = _mm512_xor_si512(load_pair(w + i + 2), flip);
-    const __m128 dw = scales4(w + i);
-    for (int t = 0; t < T; ++t) {
-      const int32_t* s = start + (t * nb + i) * kLanes;
-      const int8_t* a = q + (t * nb + i) * QK8_0;
-      const __m512i s0 = _mm512_dpbusd_epi32(_mm512_loadu_si512(s), c0, _mm512_loadu_si512(a));
-      const __m512i s1 = _mm512_dpbusd_epi32(_mm512_loadu_si512(s + 2 * kLanes), c1, _mm512_loadu_si512(a + 2 * QK8_0));
-      const __m512 scale = _mm512_castps128_ps512(_mm_mul_ps(dw, _mm_loadu_ps(d + t * nb + i)));
-      acc0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_permutexvar_ps(pair0, scale), acc0[t]);
-      acc1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_permutexvar_ps(pair1, scale), acc1[t]);
-    }
-  }
-  for (int t = 0; t < T; ++t) out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
+void run_q8_0(const Part* parts, int count, int64_t cols, const avx2::ActView& a, int8_t* scratch) {
+  reorder_q8(a.q, cols, a.n_tokens, scratch);
+  const int64_t nb = cols / QK8_0;
+  run_slabs(parts, count, cols, nb, nb * int64_t(sizeof(block_q8_0)), a, scratch, slab_count(nb) * kSlabActQ8,
+            Q8Slabs{nb});
 }
 
 // ---- PQ2_0 pairs ----
 //
-// Two blocks per register as for Q8_0: the 32 bytes of each hold its 128 two-bit codes, element
+// Two blocks per register: the 32 bytes of each hold its 128 two-bit codes, element
 // 4m + n in bits 2n of byte m, so (pair >> 2n) & 3 is plane n of both blocks, codes 0..3 that
 // vpdpbusd multiplies with the activations of those elements as they are (value = code - 1: the
 // -1 is the activations' correction, act_quant.h). The activations come quantized in PQ2_0's
 // plane order (act_quant.cpp's kPQ2_0: position 32n + m is element 4m + n) and prep_pq2 lays each
 // pair's four planes out as four registers: plane n of the first block, then of the second.
 constexpr int64_t kPairAct = 2 * QK_PQ2_0;  // activation bytes per pair of blocks and token
+constexpr int kStepPq2 = 4;                 // blocks per step of dot_pq2: two registers
+
+// The 32 code bytes of blocks w[0] and w[1], as the low and high halves of one register.
+__m512i load_pair(const block_pq2_0* w) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[0].qs))),
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[1].qs)), 1);
+}
+
+// The scales of blocks w[0..N) (N = 2 or 4) as float, zero past them.
+template <int N>
+__m128 scales4(const block_pq2_0* w) {
+  static_assert(N == 2 || N == 4);
+  return _mm_cvtph_ps(_mm_setr_epi16(short(w[0].d), short(w[1].d), short(N > 2 ? w[2].d : 0), short(N > 2 ? w[3].d : 0),
+                                     0, 0, 0, 0));
+}
 
 void prep_pq2(const int8_t* q, int64_t cols, int64_t n_tokens, int8_t* dst) {
   const int64_t pairs = n_tokens * (cols / QK_PQ2_0) / 2;  // rows are whole pairs
@@ -468,7 +521,7 @@ void prep_pq2(const int8_t* q, int64_t cols, int64_t n_tokens, int8_t* dst) {
 }
 
 // One PQ2_0 row of nb blocks against T tokens (token t's prep_pq2 activations at act + t * nb *
-// 128, scales at d + t * nb, corrections at corr + t * nb): four blocks per step, as dot_q8, then a
+// 128, scales at d + t * nb, corrections at corr + t * nb): four blocks per step, then a
 // last pair where nb is not a multiple of four.
 template <int T>
 void dot_pq2(const block_pq2_0* w, int64_t nb, const int8_t* act, const float* d, const float* corr, float* out) {
@@ -503,7 +556,7 @@ void dot_pq2(const block_pq2_0* w, int64_t nb, const int8_t* act, const float* d
     }
   };
   int64_t i = 0;
-  for (; i + kStepQ8 <= nb; i += kStepQ8) step.template operator()<2>(i);
+  for (; i + kStepPq2 <= nb; i += kStepPq2) step.template operator()<2>(i);
   if (i < nb) step.template operator()<1>(i);
   for (int t = 0; t < T; ++t) {
     __m128 c4 = _mm_add_ps(cacc[t], _mm_movehl_ps(cacc[t], cacc[t]));
@@ -539,17 +592,6 @@ void run_rows(const Part* parts, int count, int64_t cols, int64_t nb, int64_t n_
   });
 }
 
-void run_q8_0(const Part* parts, int count, int64_t cols, const avx2::ActView& a, int8_t* scratch) {
-  auto* start = reinterpret_cast<int32_t*>(scratch);
-  prep_q8(a.q, cols, a.n_tokens, start);
-  const int64_t nb = cols / QK8_0;
-  run_rows<block_q8_0>(parts, count, cols, nb, a.n_tokens, [&](const block_q8_0* row, int64_t t0, int nt, float* out) {
-    with_tokens(nt, [&]<int T>(Tokens<T>) {
-      dot_q8<T>(row, nb, a.q + t0 * cols, a.d + t0 * nb, start + t0 * nb * kLanes, out);
-    });
-  });
-}
-
 void run_pq2(const Part* parts, int count, int64_t cols, const avx2::ActView& a, int8_t* scratch) {
   prep_pq2(a.q, cols, a.n_tokens, scratch);
   const int64_t nb = cols / QK_PQ2_0;
@@ -560,35 +602,58 @@ void run_pq2(const Part* parts, int count, int64_t cols, const avx2::ActView& a,
   });
 }
 
+// A row of PTQ1_0's copy: its slabs, the digit bytes recoded (Recoding), the scale's two
+// bytes as they are.
+void pack_ptq1_row(const uint8_t* src, int64_t nb, uint8_t* out) {
+  constexpr int64_t bb = sizeof(block_ptq1_0);
+  for (int64_t b0 = 0; b0 < nb; b0 += kSlab, src += kSlab * bb, out += kSlab * bb) {
+    const int64_t m = min64(kSlab, nb - b0);
+    for (int64_t i = 0; i < m; ++i)
+      for (int k = 0; k < kWordsPtq1; ++k)
+        for (int j = 0; j < 4; ++j) {
+          const uint8_t v = src[bb * i + 4 * k + j];
+          out[4 * (m * k + i) + j] = slab_elem(k, 0, j) < 0 ? v : kRecoding.to_code[v];
+        }
+  }
+}
+
+// A row of Q8_0's copy (Q8Slabs): its scales, then its codes plus 128 in slabs.
+void pack_q8_row(const uint8_t* src, int64_t nb, uint8_t* out) {
+  const auto* blocks = reinterpret_cast<const block_q8_0*>(src);
+  uint8_t* codes = out + 2 * nb;
+  for (int64_t b = 0; b < nb; ++b) std::memcpy(out + 2 * b, &blocks[b].d, 2);
+  for (int64_t b0 = 0; b0 < nb; b0 += kSlab, codes += kSlab * QK8_0) {
+    const int64_t m = min64(kSlab, nb - b0);
+    for (int64_t i = 0; i < m; ++i)
+      for (int k = 0; k < kWordsQ8; ++k)
+        for (int j = 0; j < 4; ++j) codes[4 * (m * k + i) + j] = uint8_t(blocks[b0 + i].qs[4 * k + j] ^ 0x80);
+  }
+}
+
 }  // namespace
 
-bool packs(TypeId type, int64_t cols) { return type == TypeId::PTQ1_0 && cols % QK_PTQ1_0 == 0; }
+bool packs(TypeId type, int64_t cols) {
+  return (type == TypeId::PTQ1_0 && cols % QK_PTQ1_0 == 0) || (type == TypeId::Q8_0 && cols % QK8_0 == 0);
+}
 
-void pack_ptq1(const uint8_t* w, int64_t rows, int64_t cols, uint8_t* out) {
-  const int64_t nb = cols / QK_PTQ1_0, rb = nb * int64_t(sizeof(block_ptq1_0));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b0 = 0; b0 < nb; b0 += kSlab) {
-      const int64_t m = min64(kSlab, nb - b0);
-      const uint8_t* src = w + r * rb + b0 * int64_t(sizeof(block_ptq1_0));
-      uint8_t* slab = out + r * rb + b0 * int64_t(sizeof(block_ptq1_0));
-      for (int64_t i = 0; i < m; ++i)
-        for (int k = 0; k < kWords; ++k)
-          for (int j = 0; j < 4; ++j) {
-            // the digit bytes recoded (Recoding), the scale's two bytes as they are
-            const uint8_t v = src[int64_t(sizeof(block_ptq1_0)) * i + 4 * k + j];
-            slab[4 * (m * k + i) + j] = slab_elem(k, 0, j) < 0 ? v : kRecoding.to_code[v];
-          }
-    }
+void pack(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, uint8_t* out) {
+  const bool ptq1 = type == TypeId::PTQ1_0;
+  const int64_t nb = cols / (ptq1 ? QK_PTQ1_0 : QK8_0);
+  const int64_t rb = nb * int64_t(ptq1 ? sizeof(block_ptq1_0) : sizeof(block_q8_0));
+  parallel_for(rows, rows * cols >= kParallelWork, [&](int64_t r) {
+    if (ptq1) pack_ptq1_row(w + r * rb, nb, out + r * rb);
+    else pack_q8_row(w + r * rb, nb, out + r * rb);
+  });
 }
 
 int64_t scratch_bytes(TypeId type, int64_t cols, int64_t n_tokens) {
   switch (type) {
     case TypeId::PTQ1_0:
       if (!packs(type, cols)) return 0;
-      return n_tokens * slabs(cols / QK_PTQ1_0) * kSlabAct;
+      return n_tokens * slab_count(cols / QK_PTQ1_0) * kSlabActPtq1;
     case TypeId::Q8_0:
-      if (cols % (kStepQ8 * QK8_0) != 0) return 0;
-      return n_tokens * (cols / QK8_0) * kLanes * int64_t(sizeof(int32_t));
+      if (!packs(type, cols)) return 0;
+      return n_tokens * slab_count(cols / QK8_0) * kSlabActQ8;
     case TypeId::PQ2_0:
       if (cols % (2 * QK_PQ2_0) != 0) return 0;  // whole pairs
       return n_tokens * (cols / QK_PQ2_0) / 2 * kPairAct;

@@ -163,7 +163,7 @@ std::span<const uint8_t> pack_weights(const Tensor& w, HugePageArena& pages) {
   const MatmulPath path = matmul_path_taken();
   if (path == MatmulPath::avx512 && avx512::scratch_bytes(w.type, m.cols, 1) > 0) {
     uint8_t* out = pages.allocate(w.nbytes);
-    if (avx512::packs(w.type, m.cols)) avx512::pack_ptq1(w.data, m.rows, m.cols, out);
+    if (avx512::packs(w.type, m.cols)) avx512::pack(w.type, w.data, m.rows, m.cols, out);
     else std::memcpy(out, w.data, w.nbytes);
     return {out, size_t(w.nbytes)};
   }

@@ -253,7 +253,7 @@ TEST(CpuMatmul, FastPathMatchesReferenceForEveryType) {
         if (raw && !tt.quantized) continue;
         std::vector<int64_t> widths = {256, 512, 768, 2048};
         if (tt.block_elems == 1) widths.insert(widths.begin(), {37, 100});  // float tails past the last 8 / 32
-        if (tt.block_elems == 32) widths.push_back(160);  // not whole groups of 4 blocks: no AVX-512 Q8_0 kernel
+        if (tt.block_elems == 32) widths.push_back(160);  // AVX-512 Q8_0: a partial slab of 5 blocks alone
         if (tt.id == TypeId::PTQ1_0) widths.push_back(2560);  // AVX-512: a slab of 16 blocks and one of 4
         for (int64_t cols : widths)
           for (int64_t rows : {1, 5, 67}) {
@@ -273,7 +273,7 @@ TEST(CpuMatmul, FastPathMatchesReferenceForEveryType) {
 // Token t is one-hot at element t, so output [t, r] must be W[r, t] itself: every element of
 // every block position must land on its own weight (a layout or unpacking slip shows as a wrong
 // value at a precise place). One call of cols tokens exercises the prompt kernels, and one call
-// per token the per-token ones.
+// per token the per-token ones, each reading the kernel's copy where it has one.
 TEST(CpuMatmul, OneHotActivationsPickEachWeight) {
   on_each_path([](const std::string& path) {
     std::mt19937 rng(11);
@@ -283,8 +283,10 @@ TEST(CpuMatmul, OneHotActivationsPickEachWeight) {
       std::vector<float> x(size_t(cols * cols), 0.0f);
       for (int64_t t = 0; t < cols; ++t) x[size_t(t * cols + t)] = 1.0f;
       std::vector<float> all(size_t(rows * cols)), one(all.size());
-      cpu::matmul(m.t, x.data(), cols, all.data());
-      for (int64_t t = 0; t < cols; ++t) cpu::matmul(m.t, x.data() + t * cols, 1, one.data() + t * rows);
+      cpu::HugePageArena pages;
+      const auto packed = cpu::pack_weights(m.t, pages);  // the regrouped copies' layouts too
+      cpu::matmul(m.t, x.data(), cols, all.data(), packed);
+      for (int64_t t = 0; t < cols; ++t) cpu::matmul(m.t, x.data() + t * cols, 1, one.data() + t * rows, packed);
       for (const auto& [y, how] : {std::pair{&all, "all tokens"}, {&one, "one token"}})
         for (int64_t t = 0; t < cols; ++t)
           for (int64_t r = 0; r < rows; ++r) {
@@ -368,8 +370,8 @@ TEST(CpuMatmul, ResultDoesNotDependOnThreadCount) {
   omp_set_num_threads(saved);
 }
 
-// pack_weights copies exactly the weights a kernel reads from a copy. AVX-512: PTQ1_0's regrouped,
-// Q8_0's as stored (where that kernel takes the width: whole groups of four blocks). AVX2: Q8_0's
+// pack_weights copies exactly the weights a kernel reads from a copy. AVX-512: PTQ1_0's and Q8_0's
+// regrouped (any width), as many bytes as the weight. AVX2: Q8_0's
 // and PTQ1_0's in split rows (each row's scales, then its blocks' codes; PTQ1_0's as PQ2_0 codes)
 // that put together again decode to the very same floats, 64 bytes more. A copy that is missing or of the wrong size
 // sends a PTQ1_0 product to the AVX2 kernel of the stored blocks and has a Q8_0 one read the weight
@@ -384,15 +386,12 @@ TEST(CpuMatmul, KernelCopyOnlyWhereAKernelReadsOne) {
         const Weights m = make_weights(id, 5, cols, encoded, rng);
         const std::string what = path + " " + traits(id).name + " " + std::to_string(cols) + " " + kinds[encoded ? 0 : 1];
         const uint64_t split_bytes = m.t.nbytes / traits(id).block_bytes * sizeof(block_pq2_0) + 64;
-        const uint64_t copy_bytes = !avx512 ? (id == TypeId::F16 ? 0 : split_bytes)
-                                    : id == TypeId::PTQ1_0 || (id == TypeId::Q8_0 && cols % 128 == 0) ? m.t.nbytes
-                                                                                                       : 0;
+        const uint64_t copy_bytes = id == TypeId::F16 ? 0 : !avx512 ? split_bytes : m.t.nbytes;
         cpu::HugePageArena pages;
         const auto packed = cpu::pack_weights(m.t, pages);
         ASSERT_EQ(packed.size(), copy_bytes) << what;
         if (avx512 && copy_bytes > 0) {
-          const bool same = std::memcmp(packed.data(), m.t.data, packed.size()) == 0;
-          EXPECT_EQ(same, id == TypeId::Q8_0) << what << ": PTQ1_0's copy is regrouped, Q8_0's as stored";
+          EXPECT_NE(0, std::memcmp(packed.data(), m.t.data, packed.size())) << what << ": the copy is regrouped";
         }
         if (!avx512 && copy_bytes > 0) {  // every value of the weight, bit for bit, as PQ2_0 / Q8_0 decode it
           const TypeId as = id == TypeId::PTQ1_0 ? TypeId::PQ2_0 : TypeId::Q8_0;
@@ -421,8 +420,7 @@ TEST(CpuMatmul, KernelCopyOnlyWhereAKernelReadsOne) {
 }
 
 // Where a copy is given, the kernel reads it and not the weight: a product handed another
-// weight's Q8_0 copy gives that weight's result, bit for bit (AVX-512's copy as stored, AVX2's
-// split: the same kernel either way, so the same sums).
+// weight's Q8_0 copy gives that weight's result with that copy, bit for bit.
 TEST(CpuMatmul, Q8CopyIsWhatTheKernelReads) {
   if (cpu::matmul_path_taken() == cpu::MatmulPath::scalar) GTEST_SKIP() << "no Q8_0 kernel with a copy on this CPU";
   std::mt19937 rng(19);
@@ -432,8 +430,9 @@ TEST(CpuMatmul, Q8CopyIsWhatTheKernelReads) {
   const auto x = random_x(256, rng);
   std::vector<float> from_copy(7), from_b(7);
   cpu::matmul(a.t, x.data(), 1, from_copy.data(), copy_of_b);
-  cpu::matmul(b.t, x.data(), 1, from_b.data());
+  cpu::matmul(b.t, x.data(), 1, from_b.data(), copy_of_b);
   EXPECT_EQ(from_copy, from_b);
+  EXPECT_EQ("", mismatch(b, x, 1, from_copy));
 }
 
 // matmul_shared gives each weight exactly what its own matmul call gives (the same quantized
