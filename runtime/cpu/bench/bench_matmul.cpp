@@ -9,8 +9,9 @@
 //
 // --path caps the kernels at that instruction set (the header line prints the path taken), so
 // one machine compares them.
-// Each shape is benchmarked over enough distinct copies of the matrix (>= --min-mb, default 256)
-// that the weights come from memory, not from the last-level cache. The model sweep runs the
+// Each shape (a layer's widest products, then the output matrix) is benchmarked over enough
+// distinct copies of the matrix (>= --min-mb, default 256) that the weights come from memory, not
+// from the last-level cache. The model sweep runs the
 // matrices of a Qwen3-1.7B-sized decoder (28 layers; hidden 2048, 16+8+8 heads of 128,
 // intermediate 6144; no lm_head) as a decode step would.
 #include <omp.h>
@@ -178,12 +179,15 @@ int main(int argc, char** argv) {
   auto bandwidth = [&] { return probe.measure_gbs(3); };
 
   std::mt19937 rng(42);
-  std::vector<float> x(size_t(6144 * n_tokens)), y(size_t(6144 * n_tokens));
+  // Shapes alone: a layer's widest product both ways, and Qwen3-1.7B's output matrix (lm_head,
+  // tied to the embedding: the largest single product of a decode step).
+  const Shape shapes[] = {{2048, 6144}, {6144, 2048}, {2048, 151936}};
+  std::vector<float> x(size_t(6144 * n_tokens)), y(size_t(151936 * n_tokens));
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (auto& v : x) v = nd(rng);
 
   for (const TypeTraits* tt : parse_types(types)) {
-    for (const Shape s : {Shape{2048, 6144}, Shape{6144, 2048}}) {
+    for (const Shape s : shapes) {
       const int64_t ne[2] = {s.cols, s.rows};
       const double mb = double(*tensor_bytes(tt->id, ne)) / 1e6;
       const int copies = std::max(1, int(min_mb / mb + 0.999));
@@ -193,7 +197,7 @@ int main(int argc, char** argv) {
       const double bw = bandwidth();
       const Timing tm = time_passes(ts, x.data(), n_tokens, y.data());
       const double gbs = mb * 1e6 * copies / tm.best_pass_s / 1e9, cgbs = mb * 1e6 * copies / tm.best_calls_s / 1e9;
-      std::printf("%-7s %5lld x %-5lld %8.2f %7.2f %8.2f %5.0f%% %10.2f %5.0f%% %10.1f\n", tt->name, (long long)s.cols,
+      std::printf("%-7s %5lld x %-6lld %8.2f %7.2f %8.2f %5.0f%% %10.2f %5.0f%% %10.1f\n", tt->name, (long long)s.cols,
                   (long long)s.rows, mb, bw, gbs, 100 * gbs / bw, cgbs, 100 * cgbs / bw, tm.best_calls_s / copies * 1e6);
       std::fflush(stdout);
     }
