@@ -379,8 +379,8 @@ void slab_dot(const Slabs& slabs, const uint8_t* row, int64_t rb, int64_t b0, in
 // gets 16 lanes whose sum is the dot product. A lone token's rows go Slabs::kRows at a time and
 // ask for their weights ahead: PTQ1_0's four at a time with one chain each, so that each
 // activation register serves four rows (docs/benchmarks.md, "PTQ1_0 rows four at a time"); Q8_0's
-// one at a time, whose light loop streamed 84-89 GB/s so against 58-64 four at a time
-// (bench_matmul, docs/benchmarks.md, "Q8_0 in slabs"). A row alone takes one chain per word
+// one at a time: its light loop streamed clearly slower four rows at a time (docs/benchmarks.md,
+// "Q8_0 in slabs"). A row alone takes one chain per word
 // (vpdpbusd's latency would make a single chain of 34 the limit); several tokens take two per
 // token (their chains already overlap, and seven per token would not fit in the registers).
 template <int R, int T, class Slabs>
