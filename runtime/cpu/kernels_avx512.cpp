@@ -15,12 +15,10 @@
 // the slab's register order once per call. A lone token's rows go four at a time, so that each
 // activation register serves four rows, and ask for their weights ahead of the hardware prefetcher.
 //
-// Q8_0, any number of tokens. Its codes need no unpacking; its copy takes PTQ1_0's slabs too, the
-// codes made unsigned, so that a register of codes costs one load and one vpdpbusd per token and
-// the per-block work (scales, conversion to float) comes once per slab. PQ2_0 reads its 34-byte
-// blocks as stored, two per register: a shift and a mask per plane of two-bit codes, four vpdpbusd
-// per register and token (on the Zen 5, tg128 1.2x and pp512 2x the AVX2 kernel's:
-// docs/benchmarks.md).
+// Q8_0 and PQ2_0, any number of tokens. Their copies take PTQ1_0's slabs too, each row's scales
+// first, so that the per-block work (scales, conversion to float) comes once per slab: a register of
+// Q8_0's codes (made unsigned) costs one load and one vpdpbusd per token, one of PQ2_0's a shift and
+// a mask per plane of two-bit codes and four vpdpbusd (docs/benchmarks.md, "Q8_0 in slabs").
 #include "runtime/cpu/kernels_avx512.h"
 
 // GCC 12's AVX-512 intrinsics start from _mm*_undefined_*() values, which -W(maybe-)uninitialized
@@ -207,27 +205,33 @@ void reorder_ptq1(const int32_t* elem, const int8_t* q, int64_t cols, int64_t n_
   }
 }
 
-// ---- Q8_0 slabs ----
+// ---- Q8_0 and PQ2_0 slabs ----
 //
-// Q8_0's copy (pack_q8_row) holds each row's nb fp16 scales, then its codes in slabs of 16 blocks
-// as PTQ1_0's: register k of a slab holds bytes 4k..4k+3 of each block's 32 codes, one block per 32-bit lane,
-// each code plus 128 (vpdpbusd multiplies unsigned by signed bytes; value = code - 128 makes the
-// -128 the activations' correction, act_quant.h). So the eight registers of a slab sum into the
-// same lanes, which turn float once per slab, and a register costs one load and one vpdpbusd per
-// token. The blocks as stored, two per register, took two loads, an insert, a sign flip, a
-// conversion, a permute and an FMA per register, and four scalar scale loads per two registers.
+// Their copies (pack_q8_row, pack_pq2_row) hold each row's nb fp16 scales, then its 32 code bytes a
+// block in slabs of 16 blocks as PTQ1_0's: register k of a slab holds bytes 4k..4k+3 of each
+// block's codes, one block per 32-bit lane. So all the registers of a slab sum into the same lanes,
+// which turn float once per slab. Q8_0's codes are stored plus 128 (vpdpbusd multiplies unsigned by
+// signed bytes; value = code - 128 makes the -128 the activations' correction, act_quant.h), and a
+// register costs one load and one vpdpbusd per token; PQ2_0's register holds four planes of two-bit
+// codes (value = code - 1). The blocks as stored, two per register, took two loads and an insert,
+// a conversion, a permute and an FMA per register, and four scalar scale loads per two registers.
 constexpr int kWordsQ8 = QK8_0 / 4;              // registers per slab (8)
 constexpr int64_t kSlabActQ8 = 64 * kWordsQ8;    // activation bytes per slab and token
+constexpr int kWordsPq2 = QK_PQ2_0 / 16;         // registers per slab (8), four planes each
+constexpr int64_t kSlabActPq2 = 64 * 4 * kWordsPq2;
 
-// Token rows of quantized activations (element order) into slab order: per token and slab, the
-// eight registers, lane i from block i, zero where a partial slab has no block.
-void reorder_q8(const int8_t* q, int64_t cols, int64_t n_tokens, int8_t* dst) {
-  const int64_t nb = cols / QK8_0, ns = slab_count(nb);
+// Token rows of quantized activations (blocks of QK) into slab order: per token and slab, the Regs
+// registers, lane i from block i, register r's four bytes from offset src(r) of the block; zero
+// where a partial slab has no block.
+template <int QK, int Regs, class Src>
+void reorder_words(const int8_t* q, int64_t cols, int64_t n_tokens, int8_t* dst, const Src& src) {
+  constexpr int64_t slab_act = 64 * Regs;
+  const int64_t nb = cols / QK, ns = slab_count(nb);
   if (nb % kSlab != 0)
-    for (int64_t t = 0; t < n_tokens; ++t) std::memset(dst + (t * ns + ns - 1) * kSlabActQ8, 0, kSlabActQ8);
+    for (int64_t t = 0; t < n_tokens; ++t) std::memset(dst + (t * ns + ns - 1) * slab_act, 0, slab_act);
   for (int64_t b = 0; b < n_tokens * nb; ++b) {
-    int8_t* slab = dst + (b / nb * ns + b % nb / kSlab) * kSlabActQ8 + 4 * (b % nb % kSlab);
-    for (int k = 0; k < kWordsQ8; ++k) std::memcpy(slab + 64 * k, q + b * QK8_0 + 4 * k, 4);
+    int8_t* slab = dst + (b / nb * ns + b % nb / kSlab) * slab_act + 4 * (b % nb % kSlab);
+    for (int r = 0; r < Regs; ++r) std::memcpy(slab + 64 * r, q + b * QK + src(r), 4);
   }
 }
 
@@ -290,23 +294,43 @@ struct Ptq1Slabs {
   }
 };
 
-// Q8_0: each row's nb fp16 scales, then its codes in slabs (pack_q8_row), each word one register of
-// codes plus 128.
-struct Q8Slabs {
+// Rows of nb fp16 scales, then the codes in slabs (pack_q8_row, pack_pq2_row): where a slab's codes
+// and scales are, and the scales as floats.
+struct ScalesFirst {
+  int64_t nb;  // blocks per row
+  static constexpr int64_t kBlockBytes = 32;  // code bytes a block; its scale lies before the codes
+  const uint8_t* codes(const uint8_t* row, int64_t b0) const { return row + 2 * nb + b0 * kBlockBytes; }
+  const uint8_t* scales(const uint8_t* row, int64_t b0) const { return row + 2 * b0; }
+  template <bool Full>
+  __m512 scale(const uint8_t* s, __mmask16 lanes, __m512i) const {
+    return _mm512_cvtph_ps(Full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)) : _mm256_maskz_loadu_epi16(lanes, s));
+  }
+};
+
+// Q8_0: each word one register of codes plus 128.
+struct Q8Slabs : ScalesFirst {
   static constexpr int kWords = kWordsQ8;
   static constexpr int64_t kSlabAct = kSlabActQ8;
-  static constexpr int64_t kBlockBytes = QK8_0;  // code bytes; the scales lie before them
   static constexpr int kMaxRegs = 1;
   static constexpr int kRows = 1;
   static constexpr int regs(int) { return 1; }
   static constexpr int act_reg(int k, int) { return k; }
-  int64_t nb;  // blocks per row
-  const uint8_t* codes(const uint8_t* row, int64_t b0) const { return row + 2 * nb + b0 * kBlockBytes; }
-  const uint8_t* scales(const uint8_t* row, int64_t b0) const { return row + 2 * b0; }
   void decode(int, __m512i b, __m512i* c) const { c[0] = b; }
-  template <bool Full>
-  __m512 scale(const uint8_t* s, __mmask16 lanes, __m512i) const {
-    return _mm512_cvtph_ps(Full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)) : _mm256_maskz_loadu_epi16(lanes, s));
+};
+
+// PQ2_0: each word's bytes hold four two-bit codes, element 4m + n at bits 2n of byte m: plane n
+// of the word is one register of codes 0..3, a shift and a mask.
+struct Pq2Slabs : ScalesFirst {
+  static constexpr int kWords = kWordsPq2;
+  static constexpr int64_t kSlabAct = kSlabActPq2;
+  static constexpr int kMaxRegs = 4;
+  static constexpr int kRows = kRowsSlab;
+  static constexpr int regs(int) { return 4; }
+  static constexpr int act_reg(int k, int n) { return 4 * k + n; }
+  void decode(int, __m512i b, __m512i* c) const {
+    const __m512i m3 = _mm512_set1_epi8(3);
+    c[0] = _mm512_and_si512(b, m3);
+    for (int n = 1; n < 4; ++n) c[n] = _mm512_and_si512(_mm512_srli_epi16(b, 2 * n), m3);
   }
 };
 
@@ -482,124 +506,19 @@ void run_ptq1(const Part* parts, int count, int64_t cols, const avx2::ActView& a
 }
 
 void run_q8_0(const Part* parts, int count, int64_t cols, const avx2::ActView& a, int8_t* scratch) {
-  reorder_q8(a.q, cols, a.n_tokens, scratch);
+  reorder_words<QK8_0, kWordsQ8>(a.q, cols, a.n_tokens, scratch, [](int r) { return 4 * r; });
   const int64_t nb = cols / QK8_0;
   run_slabs(parts, count, cols, nb, nb * int64_t(sizeof(block_q8_0)), a, scratch, slab_count(nb) * kSlabActQ8,
-            Q8Slabs{nb});
+            Q8Slabs{{nb}});
 }
 
-// ---- PQ2_0 pairs ----
-//
-// Two blocks per register: the 32 bytes of each hold its 128 two-bit codes, element
-// 4m + n in bits 2n of byte m, so (pair >> 2n) & 3 is plane n of both blocks, codes 0..3 that
-// vpdpbusd multiplies with the activations of those elements as they are (value = code - 1: the
-// -1 is the activations' correction, act_quant.h). The activations come quantized in PQ2_0's
-// plane order (act_quant.cpp's kPQ2_0: position 32n + m is element 4m + n) and prep_pq2 lays each
-// pair's four planes out as four registers: plane n of the first block, then of the second.
-constexpr int64_t kPairAct = 2 * QK_PQ2_0;  // activation bytes per pair of blocks and token
-constexpr int kStepPq2 = 4;                 // blocks per step of dot_pq2: two registers
-
-// The 32 code bytes of blocks w[0] and w[1], as the low and high halves of one register.
-__m512i load_pair(const block_pq2_0* w) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[0].qs))),
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[1].qs)), 1);
-}
-
-// The scales of blocks w[0..N) (N = 2 or 4) as float, zero past them.
-template <int N>
-__m128 scales4(const block_pq2_0* w) {
-  static_assert(N == 2 || N == 4);
-  return _mm_cvtph_ps(_mm_setr_epi16(short(w[0].d), short(w[1].d), short(N > 2 ? w[2].d : 0), short(N > 2 ? w[3].d : 0),
-                                     0, 0, 0, 0));
-}
-
-void prep_pq2(const int8_t* q, int64_t cols, int64_t n_tokens, int8_t* dst) {
-  const int64_t pairs = n_tokens * (cols / QK_PQ2_0) / 2;  // rows are whole pairs
-  for (int64_t p = 0; p < pairs; ++p)
-    for (int n = 0; n < 4; ++n)
-      for (int h = 0; h < 2; ++h) std::memcpy(dst + p * kPairAct + 64 * n + 32 * h, q + (2 * p + h) * QK_PQ2_0 + 32 * n, 32);
-}
-
-// One PQ2_0 row of nb blocks against T tokens (token t's prep_pq2 activations at act + t * nb *
-// 128, scales at d + t * nb, corrections at corr + t * nb): four blocks per step, then a
-// last pair where nb is not a multiple of four.
-template <int T>
-void dot_pq2(const block_pq2_0* w, int64_t nb, const int8_t* act, const float* d, const float* corr, float* out) {
-  const __m512i pair0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  const __m512i pair1 = _mm512_add_epi32(pair0, _mm512_set1_epi32(2));
-  const __m512i m3 = _mm512_set1_epi8(3);
-  __m512 acc[2][T];
-  __m128 cacc[T];
-  for (int t = 0; t < T; ++t) {
-    acc[0][t] = acc[1][t] = _mm512_setzero_ps();
-    cacc[t] = _mm_setzero_ps();
-  }
-  // Blocks i .. i + 2P - 1 (P pairs): each pair's planes against each token's, one int32 chain
-  // per pair and token, whose lanes turn float with their block's dw * da.
-  auto step = [&]<int P>(int64_t i) {
-    __m512i plane[P][4];
-    for (int k = 0; k < P; ++k) {
-      const __m512i c = load_pair(w + i + 2 * k);
-      for (int n = 0; n < 4; ++n) plane[k][n] = _mm512_and_si512(n ? _mm512_srli_epi16(c, 2 * n) : c, m3);
-    }
-    const __mmask8 live = __mmask8((1u << (2 * P)) - 1);
-    const __m128 dw = scales4<2 * P>(w + i);
-    for (int t = 0; t < T; ++t) {
-      const int8_t* a = act + t * nb * QK_PQ2_0 + i / 2 * kPairAct;
-      const __m512 scale = _mm512_castps128_ps512(_mm_mul_ps(dw, _mm_maskz_loadu_ps(live, d + t * nb + i)));
-      for (int k = 0; k < P; ++k) {
-        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), plane[k][0], _mm512_load_si512(a + k * kPairAct));
-        for (int n = 1; n < 4; ++n) s = _mm512_dpbusd_epi32(s, plane[k][n], _mm512_load_si512(a + k * kPairAct + 64 * n));
-        acc[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(k ? pair1 : pair0, scale), acc[k][t]);
-      }
-      cacc[t] = _mm_fmadd_ps(dw, _mm_maskz_loadu_ps(live, corr + t * nb + i), cacc[t]);
-    }
-  };
-  int64_t i = 0;
-  for (; i + kStepPq2 <= nb; i += kStepPq2) step.template operator()<2>(i);
-  if (i < nb) step.template operator()<1>(i);
-  for (int t = 0; t < T; ++t) {
-    __m128 c4 = _mm_add_ps(cacc[t], _mm_movehl_ps(cacc[t], cacc[t]));
-    c4 = _mm_add_ss(c4, _mm_shuffle_ps(c4, c4, 1));
-    out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][t], acc[1][t])) - _mm_cvtss_f32(c4);
-  }
-}
-
-// fn(Tokens<nt>{}) for a token count nt of 1..4: the row kernels' template argument.
-template <int T>
-struct Tokens {};
-template <class Fn>
-void with_tokens(int nt, const Fn& fn) {
-  switch (nt) {
-    case 1: return fn(Tokens<1>{});
-    case 2: return fn(Tokens<2>{});
-    case 3: return fn(Tokens<3>{});
-    default: return fn(Tokens<4>{});
-  }
-}
-
-// The rows of the parts, one at a time against up to four tokens (for_rows<1>): rows of cols
-// elements in nb blocks. row_dot(row, t0, nt, out) fills out[t] for tokens t0 .. t0 + nt.
-template <class Block, class RowDot>
-void run_rows(const Part* parts, int count, int64_t cols, int64_t nb, int64_t n_tokens, const RowDot& row_dot) {
-  const int64_t rb = nb * int64_t(sizeof(Block));
-  for_rows<1>(total_rows(parts, count), n_tokens, rb, cols, [&](int64_t r0, int n0, int64_t t0, int nt) {
-    in_parts(parts, count, r0, n0, [&](const Part& part, int64_t r, int) {
-      float out[kTokens];
-      row_dot(reinterpret_cast<const Block*>(part.w + r * rb), t0, nt, out);
-      for (int t = 0; t < nt; ++t) part.y[(t0 + t) * part.rows + r] = out[t];
-    });
-  });
-}
-
+// PQ2_0's activations come quantized in its plane order (act_quant.cpp's kPQ2_0: position 32n + m is
+// element 4m + n), so plane n of word k is the four bytes at 32n + 4k.
 void run_pq2(const Part* parts, int count, int64_t cols, const avx2::ActView& a, int8_t* scratch) {
-  prep_pq2(a.q, cols, a.n_tokens, scratch);
+  reorder_words<QK_PQ2_0, 4 * kWordsPq2>(a.q, cols, a.n_tokens, scratch, [](int r) { return 32 * (r % 4) + 4 * (r / 4); });
   const int64_t nb = cols / QK_PQ2_0;
-  run_rows<block_pq2_0>(parts, count, cols, nb, a.n_tokens, [&](const block_pq2_0* row, int64_t t0, int nt, float* out) {
-    with_tokens(nt, [&]<int T>(Tokens<T>) {
-      dot_pq2<T>(row, nb, scratch + t0 * cols, a.d + t0 * nb, a.corr + t0 * nb, out);
-    });
-  });
+  run_slabs(parts, count, cols, nb, nb * int64_t(sizeof(block_pq2_0)), a, scratch, slab_count(nb) * kSlabActPq2,
+            Pq2Slabs{{nb}});
 }
 
 // A row of PTQ1_0's copy: its slabs, the digit bytes recoded (Recoding), the scale's two
@@ -617,32 +536,41 @@ void pack_ptq1_row(const uint8_t* src, int64_t nb, uint8_t* out) {
   }
 }
 
-// A row of Q8_0's copy (Q8Slabs): its scales, then its codes plus 128 in slabs.
-void pack_q8_row(const uint8_t* src, int64_t nb, uint8_t* out) {
-  const auto* blocks = reinterpret_cast<const block_q8_0*>(src);
+// A row of Q8_0's or PQ2_0's copy (ScalesFirst): its scales, then its codes in slabs, each byte
+// XORed with kFlip (Q8_0's 0x80: its codes plus 128).
+template <class Block, uint8_t kFlip>
+void pack_scales_first_row(const uint8_t* src, int64_t nb, uint8_t* out) {
+  static_assert(sizeof(Block::qs) == ScalesFirst::kBlockBytes, "32 code bytes a block");
+  const auto* blocks = reinterpret_cast<const Block*>(src);
   uint8_t* codes = out + 2 * nb;
   for (int64_t b = 0; b < nb; ++b) std::memcpy(out + 2 * b, &blocks[b].d, 2);
-  for (int64_t b0 = 0; b0 < nb; b0 += kSlab, codes += kSlab * QK8_0) {
+  for (int64_t b0 = 0; b0 < nb; b0 += kSlab, codes += kSlab * ScalesFirst::kBlockBytes) {
     const int64_t m = min64(kSlab, nb - b0);
     for (int64_t i = 0; i < m; ++i)
-      for (int k = 0; k < kWordsQ8; ++k)
-        for (int j = 0; j < 4; ++j) codes[4 * (m * k + i) + j] = uint8_t(blocks[b0 + i].qs[4 * k + j] ^ 0x80);
+      for (int k = 0; k < int(ScalesFirst::kBlockBytes) / 4; ++k)
+        for (int j = 0; j < 4; ++j) codes[4 * (m * k + i) + j] = uint8_t(blocks[b0 + i].qs[4 * k + j]) ^ kFlip;
   }
 }
 
 }  // namespace
 
 bool packs(TypeId type, int64_t cols) {
-  return (type == TypeId::PTQ1_0 && cols % QK_PTQ1_0 == 0) || (type == TypeId::Q8_0 && cols % QK8_0 == 0);
+  switch (type) {
+    case TypeId::PTQ1_0: return cols % QK_PTQ1_0 == 0;
+    case TypeId::Q8_0: return cols % QK8_0 == 0;
+    case TypeId::PQ2_0: return cols % QK_PQ2_0 == 0;
+    default: return false;
+  }
 }
 
 void pack(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, uint8_t* out) {
-  const bool ptq1 = type == TypeId::PTQ1_0;
-  const int64_t nb = cols / (ptq1 ? QK_PTQ1_0 : QK8_0);
-  const int64_t rb = nb * int64_t(ptq1 ? sizeof(block_ptq1_0) : sizeof(block_q8_0));
+  const bool ptq1 = type == TypeId::PTQ1_0, q8 = type == TypeId::Q8_0;
+  const int64_t nb = cols / (ptq1 ? QK_PTQ1_0 : q8 ? QK8_0 : QK_PQ2_0);
+  const int64_t rb = nb * int64_t(ptq1 ? sizeof(block_ptq1_0) : q8 ? sizeof(block_q8_0) : sizeof(block_pq2_0));
   parallel_for(rows, rows * cols >= kParallelWork, [&](int64_t r) {
     if (ptq1) pack_ptq1_row(w + r * rb, nb, out + r * rb);
-    else pack_q8_row(w + r * rb, nb, out + r * rb);
+    else if (q8) pack_scales_first_row<block_q8_0, 0x80>(w + r * rb, nb, out + r * rb);
+    else pack_scales_first_row<block_pq2_0, 0>(w + r * rb, nb, out + r * rb);
   });
 }
 
@@ -655,8 +583,8 @@ int64_t scratch_bytes(TypeId type, int64_t cols, int64_t n_tokens) {
       if (!packs(type, cols)) return 0;
       return n_tokens * slab_count(cols / QK8_0) * kSlabActQ8;
     case TypeId::PQ2_0:
-      if (cols % (2 * QK_PQ2_0) != 0) return 0;  // whole pairs
-      return n_tokens * (cols / QK_PQ2_0) / 2 * kPairAct;
+      if (!packs(type, cols)) return 0;
+      return n_tokens * slab_count(cols / QK_PQ2_0) * kSlabActPq2;
     default: return 0;
   }
 }

@@ -161,10 +161,9 @@ std::span<const uint8_t> pack_weights(const Tensor& w, HugePageArena& pages) {
 #if BONSAI_CPU_AVX2
   const Matrix m = check_matrix(w, "pack_weights");
   const MatmulPath path = matmul_path_taken();
-  if (path == MatmulPath::avx512 && avx512::scratch_bytes(w.type, m.cols, 1) > 0) {
+  if (path == MatmulPath::avx512 && avx512::packs(w.type, m.cols)) {
     uint8_t* out = pages.allocate(w.nbytes);
-    if (avx512::packs(w.type, m.cols)) avx512::pack(w.type, w.data, m.rows, m.cols, out);
-    else std::memcpy(out, w.data, w.nbytes);
+    avx512::pack(w.type, w.data, m.rows, m.cols, out);
     return {out, size_t(w.nbytes)};
   }
   if (path == MatmulPath::avx2 && split_copy_bytes(w) > 0) {
@@ -216,11 +215,8 @@ bool matmul_wide(const Tensor* const* w, float* const* y, int count, const Matri
   for (int i = 0; i < count; ++i) {
     if (w[i]->type != type) return false;
     const std::span<const uint8_t> copy = packed ? packed[i] : std::span<const uint8_t>();
-    const uint8_t* data = copy.size() == w[i]->nbytes ? copy.data()
-                          : avx512::packs(type, m.cols)          ? nullptr  // no kernel for the stored layout
-                                                                 : w[i]->data;
-    if (!data) return false;
-    parts.push_back({data, w[i]->ne[1], y[i]});
+    if (copy.size() != w[i]->nbytes) return false;  // no kernel for the stored layout
+    parts.push_back({copy.data(), w[i]->ne[1], y[i]});
   }
   const QuantAct& act = quantized(*layout, x, m.cols, n_tokens);
   // Cache-line aligned, as matmul_q8 wants: a 64-byte load that straddles two lines runs at half speed.

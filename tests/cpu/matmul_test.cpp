@@ -370,23 +370,23 @@ TEST(CpuMatmul, ResultDoesNotDependOnThreadCount) {
   omp_set_num_threads(saved);
 }
 
-// pack_weights copies exactly the weights a kernel reads from a copy. AVX-512: PTQ1_0's and Q8_0's
-// regrouped (any width), as many bytes as the weight. AVX2: Q8_0's
-// and PTQ1_0's in split rows (each row's scales, then its blocks' codes; PTQ1_0's as PQ2_0 codes)
-// that put together again decode to the very same floats, 64 bytes more. A copy that is missing or of the wrong size
-// sends a PTQ1_0 product to the AVX2 kernel of the stored blocks and has a Q8_0 one read the weight
-// itself, so the result still holds.
+// pack_weights copies exactly the weights a kernel reads from a copy. AVX-512: PTQ1_0's, Q8_0's and
+// PQ2_0's regrouped (any width), as many bytes as the weight. AVX2: Q8_0's and PTQ1_0's in split
+// rows (each row's scales, then its blocks' codes; PTQ1_0's as PQ2_0 codes) that put together again
+// decode to the very same floats, 64 bytes more; none for PQ2_0. A copy that is missing or of the
+// wrong size sends the product to the AVX2 kernel of the stored blocks, so the result still holds.
 TEST(CpuMatmul, KernelCopyOnlyWhereAKernelReadsOne) {
   on_each_path([](const std::string& path) {
     std::mt19937 rng(13);
     const bool avx512 = cpu::matmul_path_taken() == cpu::MatmulPath::avx512;
     for (auto [id, cols] : {std::pair{TypeId::PTQ1_0, int64_t(512)}, {TypeId::PTQ1_0, 384}, {TypeId::Q8_0, 512},
-                            {TypeId::Q8_0, 96}, {TypeId::F16, 512}}) {
+                            {TypeId::Q8_0, 96}, {TypeId::PQ2_0, 384}, {TypeId::F16, 512}}) {
       for (const bool encoded : {true, false}) {
         const Weights m = make_weights(id, 5, cols, encoded, rng);
         const std::string what = path + " " + traits(id).name + " " + std::to_string(cols) + " " + kinds[encoded ? 0 : 1];
         const uint64_t split_bytes = m.t.nbytes / traits(id).block_bytes * sizeof(block_pq2_0) + 64;
-        const uint64_t copy_bytes = id == TypeId::F16 ? 0 : !avx512 ? split_bytes : m.t.nbytes;
+        const bool split = id == TypeId::PTQ1_0 || id == TypeId::Q8_0;  // AVX2's copies
+        const uint64_t copy_bytes = id == TypeId::F16 ? 0 : !avx512 ? (split ? split_bytes : 0) : m.t.nbytes;
         cpu::HugePageArena pages;
         const auto packed = cpu::pack_weights(m.t, pages);
         ASSERT_EQ(packed.size(), copy_bytes) << what;
