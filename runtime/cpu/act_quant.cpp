@@ -62,8 +62,7 @@ const ActLayout* act_layout_avx512(TypeId type) {
   if (type == TypeId::PTQ1_0) return &kPTQ1_0InOrder;
   if (type == TypeId::Q8_0) return &kQ8_0Unsigned;
   if (type == TypeId::PQ2_0) return &kPQ2_0;  // its planes are what the AVX-512 kernel reads
-  const ActLayout* l = act_layout(type);
-  return l && l->elem == identity ? l : nullptr;
+  return nullptr;
 }
 
 void QuantAct::reset(const ActLayout& layout, int64_t cols_, int64_t n_tokens_) {

@@ -25,7 +25,8 @@ const ActLayout* act_layout(TypeId type);
 // The layout the AVX-512 kernels take (kernels_avx512.h): act_layout(type)'s blocks in element
 // order (elem the identity) for PTQ1_0, whose kernel lays out the activations itself, so that they
 // quantize with plain loads, not gathers; PQ2_0's own planes, which its kernel reads as they are;
-// Q8_0's in element order with offset 128 (its copy holds each code plus 128); nullptr otherwise.
+// Q8_0's in element order with offset 128 (its copy holds each code plus 128); nullptr for the
+// types that kernel does not take.
 // A block's codes and scale depend on neither the order nor the offset.
 const ActLayout* act_layout_avx512(TypeId type);
 

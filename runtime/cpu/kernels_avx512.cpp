@@ -170,11 +170,42 @@ constexpr int kRowsSlab = 4;
 // Slabs per row of nb blocks (the last one holds nb % 16 blocks when that is not 0).
 int64_t slab_count(int64_t nb) { return (nb + kSlab - 1) / kSlab; }
 
+// Token rows of nb blocks of quantized activations into slab order: per token and slab, the Regs
+// registers of 64 bytes, lane i from block i; block_words(b) gives block b's 4 * Regs bytes in
+// register order (register r: bytes 4r..4r+3). Zero where a partial slab has no block.
+template <int Regs, class BlockWords>
+void act_slabs(int64_t nb, int64_t n_tokens, int8_t* dst, const BlockWords& block_words) {
+  constexpr int64_t slab_act = 64 * Regs;
+  const int64_t ns = slab_count(nb);
+  if (nb % kSlab != 0)
+    for (int64_t t = 0; t < n_tokens; ++t) std::memset(dst + (t * ns + ns - 1) * slab_act, 0, slab_act);
+  for (int64_t b = 0; b < n_tokens * nb; ++b) {
+    const int8_t* words = block_words(b);
+    // block b is token b / nb, slab (b % nb) / 16, lane (b % nb) % 16
+    int8_t* slab = dst + (b / nb * ns + b % nb / kSlab) * slab_act + 4 * (b % nb % kSlab);
+    for (int r = 0; r < Regs; ++r) std::memcpy(slab + 64 * r, words + 4 * r, 4);
+  }
+}
+
+// Rows of nb blocks of weights into slabs (register k of a slab: word k of each of its blocks, one
+// per 32-bit lane), row by row at `out`: word(b, k) is the 32-bit word k of block b as the kernel
+// reads it.
+template <int Words, class Word>
+void weight_slabs(int64_t nb, uint8_t* out, const Word& word) {
+  for (int64_t b0 = 0; b0 < nb; b0 += kSlab) {
+    const int64_t m = min64(kSlab, nb - b0);
+    for (int64_t i = 0; i < m; ++i)
+      for (int k = 0; k < Words; ++k) {
+        const uint32_t v = word(b0 + i, k);
+        std::memcpy(out + 4 * (Words * b0 + m * k + i), &v, 4);
+      }
+  }
+}
+
 // Reorders token rows of quantized activations (elem: position -> element within a block; the
-// identity for act_layout_avx512) into slab order: per token and slab, the 34 digit registers,
-// lane i from block i, zero where a byte carries no element or a partial slab has no block. Per
-// block, three masked byte permutes of its 128 bytes give its 34 words in register order, which
-// go to lane i of each register.
+// identity for act_layout_avx512) into slab order (act_slabs): the 34 digit registers, zero where a
+// byte carries no element. Per block, three masked byte permutes of its 128 bytes give its 34
+// words in register order.
 void reorder_ptq1(const int32_t* elem, const int8_t* q, int64_t cols, int64_t n_tokens, int8_t* dst) {
   uint8_t pos[QK_PTQ1_0];  // element -> position
   for (int p = 0; p < QK_PTQ1_0; ++p) pos[elem[p]] = uint8_t(p);
@@ -189,51 +220,33 @@ void reorder_ptq1(const int32_t* elem, const int8_t* q, int64_t cols, int64_t n_
         keep[o / 64] |= uint64_t(1) << (o % 64);
       }
   const __m512i i0 = _mm512_load_si512(idx), i1 = _mm512_load_si512(idx + 64), i2 = _mm512_load_si512(idx + 128);
-  const int64_t nb = cols / QK_PTQ1_0, ns = slab_count(nb);
-  if (nb % kSlab != 0)
-    for (int64_t t = 0; t < n_tokens; ++t) std::memset(dst + (t * ns + ns - 1) * kSlabActPtq1, 0, kSlabActPtq1);
-  for (int64_t b = 0; b < n_tokens * nb; ++b) {
+  alignas(64) int8_t words[3 * 64];
+  act_slabs<kActRegs>(cols / QK_PTQ1_0, n_tokens, dst, [&](int64_t b) {
     const int8_t* src = q + b * QK_PTQ1_0;
     const __m512i lo = _mm512_loadu_si512(src), hi = _mm512_loadu_si512(src + 64);
-    alignas(64) int8_t words[3 * 64];
     _mm512_store_si512(words, _mm512_maskz_permutex2var_epi8(keep[0], lo, i0, hi));
     _mm512_store_si512(words + 64, _mm512_maskz_permutex2var_epi8(keep[1], lo, i1, hi));
     _mm512_store_si512(words + 128, _mm512_maskz_permutex2var_epi8(keep[2], lo, i2, hi));
-    // block b is token b / nb, slab (b % nb) / 16, lane (b % nb) % 16
-    int8_t* slab = dst + (b / nb * ns + b % nb / kSlab) * kSlabActPtq1 + 4 * (b % nb % kSlab);
-    for (int r = 0; r < kActRegs; ++r) std::memcpy(slab + 64 * r, words + 4 * r, 4);
-  }
+    return words;
+  });
 }
 
 // ---- Q8_0 and PQ2_0 slabs ----
 //
-// Their copies (pack_q8_row, pack_pq2_row) hold each row's nb fp16 scales, then its 32 code bytes a
+// Their copies (pack_scales_first_row) hold each row's nb fp16 scales, then its 32 code bytes a
 // block in slabs of 16 blocks as PTQ1_0's: register k of a slab holds bytes 4k..4k+3 of each
 // block's codes, one block per 32-bit lane. So all the registers of a slab sum into the same lanes,
 // which turn float once per slab. Q8_0's codes are stored plus 128 (vpdpbusd multiplies unsigned by
 // signed bytes; value = code - 128 makes the -128 the activations' correction, act_quant.h), and a
 // register costs one load and one vpdpbusd per token; PQ2_0's register holds four planes of two-bit
-// codes (value = code - 1). The blocks as stored, two per register, took two loads and an insert,
+// codes (value = code - 1), whose activation registers go plane by plane: register 8n + k meets
+// plane n of word k, which is where PQ2_0's plane order (act_quant.cpp's kPQ2_0: position 32n + m is
+// element 4m + n) puts its bytes, so both types' activations go to the slabs as quantized. The blocks as stored, two per register, took two loads and an insert,
 // a conversion, a permute and an FMA per register, and four scalar scale loads per two registers.
 constexpr int kWordsQ8 = QK8_0 / 4;              // registers per slab (8)
 constexpr int64_t kSlabActQ8 = 64 * kWordsQ8;    // activation bytes per slab and token
 constexpr int kWordsPq2 = QK_PQ2_0 / 16;         // registers per slab (8), four planes each
 constexpr int64_t kSlabActPq2 = 64 * 4 * kWordsPq2;
-
-// Token rows of quantized activations (blocks of QK) into slab order: per token and slab, the Regs
-// registers, lane i from block i, register r's four bytes from offset src(r) of the block; zero
-// where a partial slab has no block.
-template <int QK, int Regs, class Src>
-void reorder_words(const int8_t* q, int64_t cols, int64_t n_tokens, int8_t* dst, const Src& src) {
-  constexpr int64_t slab_act = 64 * Regs;
-  const int64_t nb = cols / QK, ns = slab_count(nb);
-  if (nb % kSlab != 0)
-    for (int64_t t = 0; t < n_tokens; ++t) std::memset(dst + (t * ns + ns - 1) * slab_act, 0, slab_act);
-  for (int64_t b = 0; b < n_tokens * nb; ++b) {
-    int8_t* slab = dst + (b / nb * ns + b % nb / kSlab) * slab_act + 4 * (b % nb % kSlab);
-    for (int r = 0; r < Regs; ++r) std::memcpy(slab + 64 * r, q + b * QK + src(r), 4);
-  }
-}
 
 // The sums of four registers' lanes, as the four lanes of one. Each lane adds its register's
 // lanes in one fixed order, whatever the other three are, so reduce1 gives a row the same sum
@@ -247,25 +260,26 @@ __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
 }
 float reduce1(__m512 v) { return _mm_cvtss_f32(reduce4(v, v, v, v)); }
 
-// How far ahead a lone token's rows, four at a time, ask for their weights: at least this many
-// bytes, in whole groups of R rows. It must cover the memory's latency at the rate one core eats
+// How far ahead a lone token's rows ask for their weights: at least this many bytes, in whole
+// groups of R rows. It must cover the memory's latency at the rate one core eats
 // weights (~100 ns at ~30 GB/s): the next group alone is 1.75 KB ahead for the 2048-wide
 // products, which then streamed 26 GB/s against 31 from 5.25 KB (docs/benchmarks.md, "Bandwidth
 // probed around each repetition; prefetch distance, range stealing"). The hardware prefetcher
 // alone leaves this compute-heavy loop waiting on memory; past a run's last row the prefetches
 // read a few KB in vain, and cannot fault.
 using tiles::kPrefetchBytes;
-// Whether R rows against T tokens prefetch, decided at compile time: a lone row comes only at the
-// end of a tile, several tokens' rows meet each weight line four times, and a run-time test on
-// the distance made a lone row take 40% longer (scratch harness, from L1).
 // A T0 prefetch of p's line that stays where the code puts it, one beside each weight load: GCC
 // schedules _mm_prefetch freely and once moved a slab's 28 to its start, where they held up the
 // loads (the ternary products streamed 5-8% slower).
 inline void prefetch_in_place(const uint8_t* p) { asm volatile("prefetcht0 %0" : : "m"(*p)); }
+// Whether R rows against T tokens prefetch, decided at compile time: only a lone token's rows in
+// the type's groups (Slabs::kRows); a smaller group comes only at the end of a tile, several
+// tokens' rows meet each weight line four times, and a run-time test on the distance made a lone
+// row take 40% longer (scratch harness, from L1).
 template <int R, int T, class Slabs>
 constexpr bool kAhead = T == 1 && R == Slabs::kRows;
 
-// What slab_dot needs of a type whose rows are slabs (pack: pack_ptq1_row's, pack_q8_row's): its
+// What slab_dot needs of a type whose rows are slabs (pack: pack_ptq1_row, pack_scales_first_row): its
 // words per slab and where they are, the code registers each word gives and the activation
 // register each of those meets, and the slab's 16 scales.
 //
@@ -294,7 +308,7 @@ struct Ptq1Slabs {
   }
 };
 
-// Rows of nb fp16 scales, then the codes in slabs (pack_q8_row, pack_pq2_row): where a slab's codes
+// Rows of nb fp16 scales, then the codes in slabs (pack_scales_first_row): where a slab's codes
 // and scales are, and the scales as floats.
 struct ScalesFirst {
   int64_t nb;  // blocks per row
@@ -326,7 +340,7 @@ struct Pq2Slabs : ScalesFirst {
   static constexpr int kMaxRegs = 4;
   static constexpr int kRows = kRowsSlab;
   static constexpr int regs(int) { return 4; }
-  static constexpr int act_reg(int k, int n) { return 4 * k + n; }
+  static constexpr int act_reg(int k, int n) { return kWords * n + k; }
   void decode(int, __m512i b, __m512i* c) const {
     const __m512i m3 = _mm512_set1_epi8(3);
     c[0] = _mm512_and_si512(b, m3);
@@ -404,9 +418,9 @@ void slab_dot(const Slabs& slabs, const uint8_t* row, int64_t rb, int64_t b0, in
 // ask for their weights ahead: PTQ1_0's four at a time with one chain each, so that each
 // activation register serves four rows (docs/benchmarks.md, "PTQ1_0 rows four at a time"); Q8_0's
 // one at a time: its light loop streamed clearly slower four rows at a time (docs/benchmarks.md,
-// "Q8_0 in slabs"). A row alone takes one chain per word
-// (vpdpbusd's latency would make a single chain of 34 the limit); several tokens take two per
-// token (their chains already overlap, and seven per token would not fit in the registers).
+// "Q8_0 in slabs"). A row alone takes one chain per word (vpdpbusd's latency would make a single
+// chain of 34 the limit); several tokens take two per token (their chains already overlap, and
+// seven per token would not fit in the registers).
 template <int R, int T, class Slabs>
 void dot_slabs(const Slabs& slabs, const uint8_t* row, int64_t rb, int64_t nb, const int8_t* act, int64_t stride,
                const float* const* d, const float* const* corr, __m512 (&v)[R][T]) {
@@ -506,34 +520,32 @@ void run_ptq1(const Part* parts, int count, int64_t cols, const avx2::ActView& a
 }
 
 void run_q8_0(const Part* parts, int count, int64_t cols, const avx2::ActView& a, int8_t* scratch) {
-  reorder_words<QK8_0, kWordsQ8>(a.q, cols, a.n_tokens, scratch, [](int r) { return 4 * r; });
   const int64_t nb = cols / QK8_0;
+  act_slabs<kWordsQ8>(nb, a.n_tokens, scratch, [&](int64_t b) { return a.q + b * QK8_0; });
   run_slabs(parts, count, cols, nb, nb * int64_t(sizeof(block_q8_0)), a, scratch, slab_count(nb) * kSlabActQ8,
             Q8Slabs{{nb}});
 }
 
-// PQ2_0's activations come quantized in its plane order (act_quant.cpp's kPQ2_0: position 32n + m is
-// element 4m + n), so plane n of word k is the four bytes at 32n + 4k.
 void run_pq2(const Part* parts, int count, int64_t cols, const avx2::ActView& a, int8_t* scratch) {
-  reorder_words<QK_PQ2_0, 4 * kWordsPq2>(a.q, cols, a.n_tokens, scratch, [](int r) { return 32 * (r % 4) + 4 * (r / 4); });
   const int64_t nb = cols / QK_PQ2_0;
+  act_slabs<4 * kWordsPq2>(nb, a.n_tokens, scratch, [&](int64_t b) { return a.q + b * QK_PQ2_0; });
   run_slabs(parts, count, cols, nb, nb * int64_t(sizeof(block_pq2_0)), a, scratch, slab_count(nb) * kSlabActPq2,
             Pq2Slabs{{nb}});
 }
 
-// A row of PTQ1_0's copy: its slabs, the digit bytes recoded (Recoding), the scale's two
-// bytes as they are.
+// A row of PTQ1_0's copy: its slabs, the digit bytes recoded (Recoding), the scale's two bytes as
+// they are.
 void pack_ptq1_row(const uint8_t* src, int64_t nb, uint8_t* out) {
-  constexpr int64_t bb = sizeof(block_ptq1_0);
-  for (int64_t b0 = 0; b0 < nb; b0 += kSlab, src += kSlab * bb, out += kSlab * bb) {
-    const int64_t m = min64(kSlab, nb - b0);
-    for (int64_t i = 0; i < m; ++i)
-      for (int k = 0; k < kWordsPtq1; ++k)
-        for (int j = 0; j < 4; ++j) {
-          const uint8_t v = src[bb * i + 4 * k + j];
-          out[4 * (m * k + i) + j] = slab_elem(k, 0, j) < 0 ? v : kRecoding.to_code[v];
-        }
-  }
+  weight_slabs<kWordsPtq1>(nb, out, [&](int64_t b, int k) {
+    uint8_t v[4];
+    for (int j = 0; j < 4; ++j) {
+      v[j] = src[b * int64_t(sizeof(block_ptq1_0)) + 4 * k + j];
+      if (slab_elem(k, 0, j) >= 0) v[j] = kRecoding.to_code[v[j]];
+    }
+    uint32_t w;
+    std::memcpy(&w, v, 4);
+    return w;
+  });
 }
 
 // A row of Q8_0's or PQ2_0's copy (ScalesFirst): its scales, then its codes in slabs, each byte
@@ -542,14 +554,12 @@ template <class Block, uint8_t kFlip>
 void pack_scales_first_row(const uint8_t* src, int64_t nb, uint8_t* out) {
   static_assert(sizeof(Block::qs) == ScalesFirst::kBlockBytes, "32 code bytes a block");
   const auto* blocks = reinterpret_cast<const Block*>(src);
-  uint8_t* codes = out + 2 * nb;
   for (int64_t b = 0; b < nb; ++b) std::memcpy(out + 2 * b, &blocks[b].d, 2);
-  for (int64_t b0 = 0; b0 < nb; b0 += kSlab, codes += kSlab * ScalesFirst::kBlockBytes) {
-    const int64_t m = min64(kSlab, nb - b0);
-    for (int64_t i = 0; i < m; ++i)
-      for (int k = 0; k < int(ScalesFirst::kBlockBytes) / 4; ++k)
-        for (int j = 0; j < 4; ++j) codes[4 * (m * k + i) + j] = uint8_t(blocks[b0 + i].qs[4 * k + j]) ^ kFlip;
-  }
+  weight_slabs<int(ScalesFirst::kBlockBytes) / 4>(nb, out + 2 * nb, [&](int64_t b, int k) {
+    uint32_t w;
+    std::memcpy(&w, blocks[b].qs + 4 * k, 4);
+    return w ^ kFlip * 0x01010101u;
+  });
 }
 
 }  // namespace
@@ -575,17 +585,11 @@ void pack(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, uint8_t* ou
 }
 
 int64_t scratch_bytes(TypeId type, int64_t cols, int64_t n_tokens) {
+  if (!packs(type, cols)) return 0;
   switch (type) {
-    case TypeId::PTQ1_0:
-      if (!packs(type, cols)) return 0;
-      return n_tokens * slab_count(cols / QK_PTQ1_0) * kSlabActPtq1;
-    case TypeId::Q8_0:
-      if (!packs(type, cols)) return 0;
-      return n_tokens * slab_count(cols / QK8_0) * kSlabActQ8;
-    case TypeId::PQ2_0:
-      if (!packs(type, cols)) return 0;
-      return n_tokens * slab_count(cols / QK_PQ2_0) * kSlabActPq2;
-    default: return 0;
+    case TypeId::PTQ1_0: return n_tokens * slab_count(cols / QK_PTQ1_0) * kSlabActPtq1;
+    case TypeId::Q8_0: return n_tokens * slab_count(cols / QK8_0) * kSlabActQ8;
+    default: return n_tokens * slab_count(cols / QK_PQ2_0) * kSlabActPq2;  // PQ2_0
   }
 }
 

@@ -18,9 +18,9 @@ namespace bonsai::cpu::avx512 {
 // Whether matmul_q8 takes this type and width (PTQ1_0, Q8_0, PQ2_0: any width of whole blocks),
 // with its weights regrouped: the caller then hands it pack's copy, made once per weight.
 bool packs(TypeId type, int64_t cols);
-// Rows of cols (packs(type, cols)) regrouped by slabs of 16 blocks: PTQ1_0's digit bytes
-// recoded, Q8_0's and PQ2_0's scales first (Q8_0's codes made unsigned). `out` gets as many bytes as w, row r at the
-// same offset. The layout is kernels_avx512.cpp's; nothing else reads it.
+// Rows of cols (packs(type, cols)) regrouped by slabs of 16 blocks: PTQ1_0's digit bytes recoded,
+// Q8_0's and PQ2_0's scales first (Q8_0's codes made unsigned). `out` gets as many bytes as w, row
+// r at the same offset. The layout is kernels_avx512.cpp's; nothing else reads it.
 void pack(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, uint8_t* out);
 
 // Bytes of scratch matmul_q8 needs for these activations, or 0 when it has no kernel for the
@@ -28,8 +28,7 @@ void pack(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, uint8_t* ou
 // up to four per pass over the weights, read regrouped (pack).
 int64_t scratch_bytes(TypeId type, int64_t cols, int64_t n_tokens);
 
-// One weight of a product: its rows (pack's copy)
-// and its output y[t*rows + r].
+// One weight of a product: its rows (pack's copy) and its output y[t*rows + r].
 struct Part {
   const uint8_t* w;
   int64_t rows;

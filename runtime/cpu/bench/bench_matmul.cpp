@@ -11,9 +11,8 @@
 // one machine compares them.
 // Each shape (a layer's widest products, then the output matrix) is benchmarked over enough
 // distinct copies of the matrix (>= --min-mb, default 256) that the weights come from memory, not
-// from the last-level cache. The model sweep runs the
-// matrices of a Qwen3-1.7B-sized decoder (28 layers; hidden 2048, 16+8+8 heads of 128,
-// intermediate 6144; no lm_head) as a decode step would.
+// from the last-level cache. The model sweep runs the matrices of a Qwen3-1.7B-sized decoder (28
+// layers; hidden 2048, 16+8+8 heads of 128, intermediate 6144; no lm_head) as a decode step would.
 #include <omp.h>
 
 #include <algorithm>
