@@ -270,7 +270,7 @@ float reduce1(__m512 v) { return _mm_cvtss_f32(reduce4(v, v, v, v)); }
 using tiles::kPrefetchBytes;
 // A T0 prefetch of p's line that stays where the code puts it, one beside each weight load: GCC
 // schedules _mm_prefetch freely and once moved a slab's 28 to its start, where they held up the
-// loads (the ternary products streamed 5-8% slower).
+// loads (the ternary products streamed visibly slower in bench_matmul).
 inline void prefetch_in_place(const uint8_t* p) { asm volatile("prefetcht0 %0" : : "m"(*p)); }
 // Whether R rows against T tokens prefetch, decided at compile time: only a lone token's rows in
 // the type's groups (Slabs::kRows); a smaller group comes only at the end of a tile, several
