@@ -5,14 +5,17 @@
 // 34 bytes for every 28 counted here.)
 //
 //   bench_matmul [--threads N] [--types PTQ1_0,Q8_0,...] [--tokens N] [--min-mb MB] [--no-model]
-//                [--path scalar|avx2|avx512]
+//                [--path scalar|avx2|avx512] [--shape COLSxROWS]...
 //
 // --path caps the kernels at that instruction set (the header line prints the path taken), so
 // one machine compares them.
 // Each shape (a layer's widest products, then the output matrix) is benchmarked over enough
 // distinct copies of the matrix (>= --min-mb, default 256) that the weights come from memory, not
-// from the last-level cache. The model sweep runs the matrices of a Qwen3-1.7B-sized decoder (28
-// layers; hidden 2048, 16+8+8 heads of 128, intermediate 6144; no lm_head) as a decode step would.
+// from the last-level cache. --shape (repeatable) replaces those shapes: with --min-mb 0 a matrix
+// that fits in L2 (2048x1024 of PTQ1_0 is 459 KB) shows what a kernel computes per core when
+// memory is not in the way, the ceiling it could stream at. The model sweep runs the matrices of a
+// Qwen3-1.7B-sized decoder (28 layers; hidden 2048, 16+8+8 heads of 128, intermediate 6144; no
+// lm_head) as a decode step would.
 #include <omp.h>
 
 #include <algorithm>
@@ -21,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -137,6 +141,7 @@ int main(int argc, char** argv) {
   int64_t n_tokens = 1;
   double min_mb = 256;
   bool model = true;
+  std::vector<Shape> shapes;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -151,6 +156,16 @@ int main(int argc, char** argv) {
     else if (a == "--tokens") n_tokens = std::max<int64_t>(1, std::atoll(value().c_str()));
     else if (a == "--min-mb") min_mb = std::atof(value().c_str());
     else if (a == "--no-model") model = false;
+    else if (a == "--shape") {
+      const std::string v = value();
+      long long cols = 0, rows = 0;
+      char x = 0, extra = 0;
+      if (std::sscanf(v.c_str(), "%lld%c%lld%c", &cols, &x, &rows, &extra) != 3 || x != 'x' || cols <= 0 || rows <= 0) {
+        std::fprintf(stderr, "bench_matmul: --shape is COLSxROWS (e.g. 2048x1024), not %s\n", v.c_str());
+        return 2;
+      }
+      shapes.push_back({cols, rows});
+    }
     else if (a == "--path") {
       const std::string p = value();
       if (p != "scalar" && p != "avx2" && p != "avx512") {
@@ -163,7 +178,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench_matmul [--threads N] [--types A,B] [--tokens N] [--min-mb MB] [--no-model] "
-                   "[--path scalar|avx2|avx512]\n");
+                   "[--path scalar|avx2|avx512] [--shape COLSxROWS]...\n");
       return 2;
     }
   }
@@ -178,17 +193,25 @@ int main(int argc, char** argv) {
   auto bandwidth = [&] { return probe.measure_gbs(3); };
 
   std::mt19937 rng(42);
-  // Shapes alone: a layer's widest product both ways, and Qwen3-1.7B's output matrix (lm_head,
-  // tied to the embedding: the largest single product of a decode step).
-  const Shape shapes[] = {{2048, 6144}, {6144, 2048}, {2048, 151936}};
-  std::vector<float> x(size_t(6144 * n_tokens)), y(size_t(151936 * n_tokens));
+  // Shapes alone (unless --shape): a layer's widest product both ways, and Qwen3-1.7B's output
+  // matrix (lm_head, tied to the embedding: the largest single product of a decode step).
+  if (shapes.empty()) shapes = {{2048, 6144}, {6144, 2048}, {2048, 151936}};
+  int64_t max_cols = 6144, max_rows = 151936;
+  for (const Shape s : shapes) max_cols = std::max(max_cols, s.cols), max_rows = std::max(max_rows, s.rows);
+  std::vector<float> x(size_t(max_cols * n_tokens)), y(size_t(max_rows * n_tokens));
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (auto& v : x) v = nd(rng);
 
   for (const TypeTraits* tt : parse_types(types)) {
     for (const Shape s : shapes) {
       const int64_t ne[2] = {s.cols, s.rows};
-      const double mb = double(*tensor_bytes(tt->id, ne)) / 1e6;
+      const std::optional<uint64_t> bytes = tensor_bytes(tt->id, ne);
+      if (!bytes) {
+        std::fprintf(stderr, "bench_matmul: %s cannot hold %lld x %lld (cols must be whole blocks of %lld)\n", tt->name,
+                     (long long)s.cols, (long long)s.rows, (long long)tt->block_elems);
+        return 2;
+      }
+      const double mb = double(*bytes) / 1e6;
       const int copies = std::max(1, int(min_mb / mb + 0.999));
       Weights w = make_weights(*tt, s, copies, rng);
       std::vector<Weight> ts;
