@@ -241,8 +241,9 @@ void reorder_ptq1(const int32_t* elem, const int8_t* q, int64_t cols, int64_t n_
 // register costs one load and one vpdpbusd per token; PQ2_0's register holds four planes of two-bit
 // codes (value = code - 1), whose activation registers go plane by plane: register 8n + k meets
 // plane n of word k, which is where PQ2_0's plane order (act_quant.cpp's kPQ2_0: position 32n + m is
-// element 4m + n) puts its bytes, so both types' activations go to the slabs as quantized. The blocks as stored, two per register, took two loads and an insert,
-// a conversion, a permute and an FMA per register, and four scalar scale loads per two registers.
+// element 4m + n) puts its bytes, so both types' activations go to the slabs as quantized. The
+// blocks as stored, two per register, took two loads and an insert, a conversion, a permute and an
+// FMA per register, and four scalar scale loads per two registers.
 constexpr int kWordsQ8 = QK8_0 / 4;              // registers per slab (8)
 constexpr int64_t kSlabActQ8 = 64 * kWordsQ8;    // activation bytes per slab and token
 constexpr int kWordsPq2 = QK_PQ2_0 / 16;         // registers per slab (8), four planes each
@@ -317,7 +318,8 @@ struct ScalesFirst {
   const uint8_t* scales(const uint8_t* row, int64_t b0) const { return row + 2 * b0; }
   template <bool Full>
   __m512 scale(const uint8_t* s, __mmask16 lanes, __m512i) const {
-    return _mm512_cvtph_ps(Full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)) : _mm256_maskz_loadu_epi16(lanes, s));
+    const __m256i h = Full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)) : _mm256_maskz_loadu_epi16(lanes, s);
+    return _mm512_cvtph_ps(h);
   }
 };
 

@@ -196,8 +196,13 @@ int main(int argc, char** argv) {
   // Shapes alone (unless --shape): a layer's widest product both ways, and Qwen3-1.7B's output
   // matrix (lm_head, tied to the embedding: the largest single product of a decode step).
   if (shapes.empty()) shapes = {{2048, 6144}, {6144, 2048}, {2048, 151936}};
-  int64_t max_cols = 6144, max_rows = 151936;
-  for (const Shape s : shapes) max_cols = std::max(max_cols, s.cols), max_rows = std::max(max_rows, s.rows);
+  // Qwen3-1.7B decoder layer: q 2048->2048, k,v 2048->1024, o 2048->2048, gate,up 2048->6144,
+  // down 6144->2048.
+  const Shape layer[] = {{2048, 2048}, {2048, 1024}, {2048, 1024}, {2048, 2048},
+                         {2048, 6144}, {2048, 6144}, {6144, 2048}};
+  int64_t max_cols = 0, max_rows = 0;  // x and y for the widest of both
+  for (const std::span<const Shape> set : {std::span<const Shape>(shapes), std::span<const Shape>(layer)})
+    for (const Shape s : set) max_cols = std::max(max_cols, s.cols), max_rows = std::max(max_rows, s.rows);
   std::vector<float> x(size_t(max_cols * n_tokens)), y(size_t(max_rows * n_tokens));
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (auto& v : x) v = nd(rng);
@@ -226,10 +231,6 @@ int main(int argc, char** argv) {
   }
 
   if (!model) return 0;
-  // Qwen3-1.7B decoder layer: q 2048->2048, k,v 2048->1024, o 2048->2048, gate,up 2048->6144,
-  // down 6144->2048.
-  const Shape layer[] = {{2048, 2048}, {2048, 1024}, {2048, 1024}, {2048, 2048},
-                         {2048, 6144}, {2048, 6144}, {6144, 2048}};
   std::printf("\nQwen3-1.7B-sized decode step (28 layers x 7 matrices, no lm_head)\n");
   std::printf("%-7s %9s %7s %8s %6s %10s %6s %9s\n", "type", "MB", "bw", "GB/s", "% bw", "call-best", "% bw", "tokens/s");
   for (const TypeTraits* tt : parse_types(model_types)) {
