@@ -1,10 +1,10 @@
 #include "runtime/cpu/bandwidth.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+
+#include "runtime/cpu/parallel.h"
 
 #if BONSAI_CPU_AVX2
 #include "runtime/cpu/kernels_avx2.h"
@@ -25,12 +25,11 @@ uint64_t read_sum(const uint64_t* p, int64_t n) {
   return total;
 }
 
-// Each thread's contiguous part of n words, the same for the first touch and for every pass, so
-// pages sit on the reader's NUMA node and no page fault lands inside a timed pass.
-void part_of(int64_t n, int64_t& i0, int64_t& i1) {
-  const int64_t id = omp_get_thread_num(), nth = omp_get_num_threads();
-  i0 = n * id / nth;
-  i1 = n * (id + 1) / nth;
+// Thread `thread`'s contiguous part [i0, i1) of n words, the same for the first touch and for
+// every pass, so pages sit on the reader's NUMA node and no page fault lands inside a timed pass.
+void part_of(int64_t n, int thread, int threads, int64_t& i0, int64_t& i1) {
+  i0 = n * thread / threads;
+  i1 = n * (thread + 1) / threads;
 }
 
 }  // namespace
@@ -38,12 +37,11 @@ void part_of(int64_t n, int64_t& i0, int64_t& i1) {
 ReadProbe::ReadProbe(size_t bytes)
     : n_(int64_t(std::max<size_t>(bytes / sizeof(uint64_t), 1))),
       buf_(reinterpret_cast<uint64_t*>(pages_.allocate(size_t(n_) * sizeof(uint64_t)))) {
-#pragma omp parallel
-  {
+  team::run([&](int thread, int threads) {
     int64_t i0, i1;
-    part_of(n_, i0, i1);
+    part_of(n_, thread, threads, i0, i1);
     for (int64_t i = i0; i < i1; ++i) buf_[i] = uint64_t(i);
-  }
+  });
 }
 
 double ReadProbe::measure_gbs(int runs, double warm_s) {
@@ -52,12 +50,11 @@ double ReadProbe::measure_gbs(int runs, double warm_s) {
   auto pass = [&] {  // seconds of one pass of all threads over the buffer
     const auto t0 = clock::now();
     uint64_t total = 0;
-#pragma omp parallel reduction(+ : total)
-    {
+    team::run([&](int thread, int threads) {
       int64_t i0, i1;
-      part_of(n_, i0, i1);
-      total += read_sum(buf_ + i0, i1 - i0);
-    }
+      part_of(n_, thread, threads, i0, i1);
+      __atomic_fetch_add(&total, read_sum(buf_ + i0, i1 - i0), __ATOMIC_RELAXED);
+    });
     sink += total;
     return std::chrono::duration<double>(clock::now() - t0).count();
   };

@@ -8,7 +8,7 @@
 
 namespace bonsai::cpu {
 
-// A buffer of `bytes` (far larger than the caches) that all OpenMP threads (omp_get_max_threads)
+// A buffer of `bytes` (far larger than the caches) that all the runtime's threads (team::run)
 // sum, each its own contiguous part. It is allocated and first touched once: `bonsai bench`
 // probes before and after every repetition, and with a 256 MB buffer allocated, faulted in and
 // freed at each probe the decode step right after it ran 100-180 ms late on the 2-core machine;

@@ -11,7 +11,6 @@
 #include "runtime/cpu/kernels_avx2.h"
 
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cstddef>
 #include <cstring>
@@ -391,11 +390,9 @@ bool gemm_q8(const uint8_t* w, int64_t rows, int64_t cols, const ActView& a, flo
   const bool parallel = rows * cols * a.n_tokens >= kParallelWork;
   // Plain new[]: no std:: template may be instantiated in this file (see kernels_avx2.h).
   uint8_t* packed = new uint8_t[size_t(groups * group_bytes)];
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t g = 0; g < groups; ++g) G::pack(a, group_start(g), nb, packed + g * group_bytes);
+  parallel_for(groups, parallel, [&](int64_t g) { G::pack(a, group_start(g), nb, packed + g * group_bytes); });
   const int64_t tile = min64(rows, kCodeTileBytes / cols), tiles = (rows + tile - 1) / tile;
-#pragma omp parallel for schedule(dynamic, 1) if (parallel)
-  for (int64_t i = 0; i < tiles; ++i) {
+  parallel_dynamic(tiles, parallel, [&](int64_t i) {
     alignas(32) uint8_t codes[kCodeTileBytes];
     float dw[kCodeTileBytes / kQK];
     const int64_t r0 = i * tile, nr = min64(tile, rows - r0);
@@ -417,7 +414,7 @@ bool gemm_q8(const uint8_t* w, int64_t rows, int64_t cols, const ActView& a, flo
         for (int t = 0; t < T; ++t) y[(t0 + t) * rows + r0 + r] = out[t];
       }
     }
-  }
+  });
   delete[] packed;
   return true;
 }
@@ -609,12 +606,7 @@ void quantize_act(const int32_t* elem, int qk, int offset, const float* x, int64
     d[b] = db;
     corr[b] = float(offset) * (db * float(sum));  // as act_quant.cpp: two roundings, no FMA
   };
-  if (n_tokens * cols >= kParallelWork) {
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < nblocks; ++b) quantize_block(b);
-  } else {
-    for (int64_t b = 0; b < nblocks; ++b) quantize_block(b);
-  }
+  parallel_for(nblocks, n_tokens * cols >= kParallelWork, quantize_block);
 }
 
 bool matmul_q8(TypeId type, bool split, const uint8_t* w, int64_t rows, int64_t cols, const ActView& a, float* y) {
@@ -647,8 +639,7 @@ bool split_rows(TypeId type, const uint8_t* src, int64_t rows, int64_t cols, uin
   // weighed 1, 4, 16, 64: maddubs and madd sum them within each dword of element-ordered codes.
   const __m256i weights = _mm256_set1_epi32(0x40100401);
   const __m256i ones = _mm256_set1_epi16(1);
-#pragma omp parallel for schedule(static) if (blocks >= kParallelWork / QK_PTQ1_0)
-  for (int64_t i = 0; i < blocks; ++i) {
+  parallel_for(blocks, blocks >= kParallelWork / QK_PTQ1_0, [&](int64_t i) {
     const int64_t r = i / nb, b = i % nb;
     const uint8_t* blk = src + i * in;
     uint8_t* row = dst + r * nb * kOut;
@@ -656,7 +647,7 @@ bool split_rows(TypeId type, const uint8_t* src, int64_t rows, int64_t cols, uin
     if (!ptq1) {
       std::memcpy(row + 2 * b, blk + offsetof(block_q8_0, d), 2);
       std::memcpy(codes, blk + offsetof(block_q8_0, qs), kCodes);
-      continue;
+      return;
     }
     std::memcpy(row + 2 * b, blk + offsetof(block_ptq1_0, d), 2);
     __m256i c[KPTQ1::kSub], w[KPTQ1::kSub];
@@ -670,7 +661,7 @@ bool split_rows(TypeId type, const uint8_t* src, int64_t rows, int64_t cols, uin
     const __m256i p = _mm256_packus_epi16(_mm256_packus_epi32(w[0], w[1]), _mm256_packus_epi32(w[2], w[3]));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes),
                         _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-  }
+  });
   return true;
 }
 

@@ -2,7 +2,6 @@
 
 #include <cblas.h>
 #include <cpuid.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -52,9 +51,9 @@ void check_count(const Tensor& w, const char* op, const char* what, int64_t n) {
 
 // A prompt's product with float weights is a GEMM, and OpenBLAS's SGEMM runs it near the FMA
 // peak, where the dot-product kernels (made for one token, bound by loads) reach a third of it.
-// From kGemmTokens (parallel.h) tokens on, the weights are decoded to float in tiles of rows, each tile one
-// SGEMM on one thread (OpenBLAS's OpenMP build stays on the calling thread inside a parallel
-// region), so no tile's result depends on the thread count.
+// From kGemmTokens (parallel.h) tokens on, the weights are decoded to float in tiles of rows, each
+// tile one SGEMM on one thread of the team (whose threads OpenBLAS keeps to themselves: team::run),
+// so no tile's result depends on the thread count.
 constexpr int64_t kGemmTileRows = 256;
 
 // The widest path matmul may take (cap_matmul_path): the CPU's best unless capped.
@@ -63,21 +62,18 @@ std::atomic<MatmulPath> path_cap{MatmulPath::avx512};
 bool float_weights(TypeId t) { return t == TypeId::F32 || t == TypeId::F16 || t == TypeId::BF16; }
 
 void matmul_gemm(const Matrix& m, const float* x, int64_t n_tokens, float* y) {
-#pragma omp parallel
-  {
-    std::vector<float> tile(size_t(std::min(kGemmTileRows, m.rows) * m.cols));
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t r0 = 0; r0 < m.rows; r0 += kGemmTileRows) {
-      const int64_t nr = std::min(kGemmTileRows, m.rows - r0);
-      const uint8_t* src = m.data + uint64_t(r0) * m.row_bytes;
+  thread_local std::vector<float> tile;  // each thread's decoded rows, kept for the next call
+  parallel_dynamic((m.rows + kGemmTileRows - 1) / kGemmTileRows, true, [&](int64_t i) {
+    const int64_t r0 = i * kGemmTileRows, nr = std::min(kGemmTileRows, m.rows - r0);
+    const uint8_t* src = m.data + uint64_t(r0) * m.row_bytes;
+    tile.resize(size_t(nr * m.cols));
 #if BONSAI_CPU_AVX2
-      if (!avx2_usable() || !avx2::float_to_f32(m.type->id, src, nr * m.cols, tile.data()))
+    if (!avx2_usable() || !avx2::float_to_f32(m.type->id, src, nr * m.cols, tile.data()))
 #endif
-        m.type->to_float(src, tile.data(), nr * m.cols);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n_tokens), int(nr), int(m.cols), 1.0f, x,
-                  int(m.cols), tile.data(), int(m.cols), 0.0f, y + r0, int(m.rows));
-    }
-  }
+      m.type->to_float(src, tile.data(), nr * m.cols);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n_tokens), int(nr), int(m.cols), 1.0f, x, int(m.cols),
+                tile.data(), int(m.cols), 0.0f, y + r0, int(m.rows));
+  });
 }
 
 }  // namespace
@@ -109,22 +105,20 @@ bool avx2_usable() {
 namespace {
 
 void ref_rows(const Matrix& m, const float* x, int64_t n_tokens, float* y) {
-  const int nth = omp_get_max_threads();
-  std::vector<float> rows_f32(size_t(nth) * size_t(m.cols));  // one decoded row per thread
-#pragma omp parallel num_threads(nth) if (m.rows * m.cols * n_tokens >= kParallelWork)
-  {
-    float* row = rows_f32.data() + size_t(omp_get_thread_num()) * size_t(m.cols);
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < m.rows; ++r) {
-      m.type->to_float(m.data + uint64_t(r) * m.row_bytes, row, m.cols);
+  auto rows = [&](int thread, int threads) {
+    std::vector<float> row(size_t(m.cols));  // this thread's decoded row
+    for (int64_t r = m.rows * thread / threads; r < m.rows * (thread + 1) / threads; ++r) {
+      m.type->to_float(m.data + uint64_t(r) * m.row_bytes, row.data(), m.cols);
       for (int64_t t = 0; t < n_tokens; ++t) {
         const float* xt = x + t * m.cols;
         double s = 0.0;
-        for (int64_t k = 0; k < m.cols; ++k) s += double(row[k]) * double(xt[k]);
+        for (int64_t k = 0; k < m.cols; ++k) s += double(row[size_t(k)]) * double(xt[k]);
         y[t * m.rows + r] = float(s);
       }
     }
-  }
+  };
+  if (m.rows * m.cols * n_tokens >= kParallelWork) team::run(rows);
+  else rows(0, 1);
 }
 
 // The AVX2 path's copy of Q8_0 and PTQ1_0 weights (pack_weights): their rows split into scales

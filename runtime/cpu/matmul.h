@@ -14,7 +14,8 @@ namespace bonsai::cpu {
 
 // y[t*rows + r] = sum_k W[r, k] * x[t*cols + k] for t < n_tokens, where W is a 2-D tensor with
 // ne[0] = cols (the input width) and ne[1] = rows (the outputs). x and y must not overlap.
-// Threads: OpenMP over output rows, omp_get_max_threads() of them (the caller sets it).
+// Threads: the runtime's team over output rows, omp_get_max_threads() of them (the caller sets
+// it: team::run in parallel.h).
 // Throws Error naming the tensor when it is not a well-formed 2-D tensor.
 //
 // Takes the fastest path this CPU has (matmul_path()). On the AVX2 path, quantized weights are

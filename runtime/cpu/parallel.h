@@ -1,4 +1,4 @@
-// When the CPU kernels fork OpenMP threads, and how they share a matmul's rows.
+// The runtime's threads (team::run) and how they share a matmul's rows (TileShares).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -6,23 +6,64 @@
 
 namespace bonsai::cpu {
 
-// Multiply-adds below which a fork of threads costs more than it saves; below it the kernels do
-// not open a parallel region at all (even a one-thread region costs about a microsecond).
+// Multiply-adds below which a parallel region costs more than it saves; below it the kernels
+// run on the calling thread alone.
 constexpr int64_t kParallelWork = int64_t(1) << 16;
 
-// fn(i) for i in [0, n): split statically across the threads when `parallel`, else a plain loop on
-// this thread. An OpenMP region whose if clause is false still sets up a team of one: a one-row
-// rmsnorm of 2048 floats took 2.9 us a call with it and 0.9 without on the 2-core Zen 5, and a
-// generated token of Qwen3-1.7B makes 113 rmsnorms, 56 ropes and 28 SwiGLUs (docs/benchmarks.md,
-// "Where a generated token's time goes").
+// The runtime's threads: the caller and omp_get_max_threads() - 1 workers of its own, which spin
+// between regions (and sleep once idle for 200 us), so that each of a decode step's ~140 regions
+// (113 products, 28 attentions for Qwen3-1.7B) starts and ends in about a microsecond, where an
+// OpenMP region took about three on the 2-core Zen 5 (docs/benchmarks.md, "The runtime's own
+// threads"). Every parallel step of a forward pass runs here, the OpenBLAS calls of prompts
+// included: with libgomp's spinning threads and these both active, the two sets fought for the
+// cores. OpenMP stays in the quantization pipeline (calibrate/, quantize/).
+namespace team {
+
+// The threads a region started now on this thread would get.
+int size();
+
+// fn(ctx, thread, threads) on each thread of a region, thread 0 being the caller; returns when
+// all are done, rethrowing the first exception any of them threw. A region started while the
+// team is busy (from a worker, another thread, or inside an OpenMP region) runs fn(ctx, 0, 1) on
+// the caller alone.
+void run(void (*fn)(void* ctx, int thread, int threads), void* ctx);
+
+// fn(thread, threads) as above. (A template over a plain function pointer: kernels_avx2.cpp may
+// not instantiate std:: templates.)
+template <class Fn>
+void run(const Fn& fn) {
+  run([](void* f, int thread, int threads) { (*static_cast<const Fn*>(f))(thread, threads); },
+      const_cast<void*>(static_cast<const void*>(&fn)));
+}
+
+}  // namespace team
+
+// fn(i) for i in [0, n): split into one contiguous range per thread of the team when `parallel`,
+// else a plain loop on this thread.
 template <class Fn>
 void parallel_for(int64_t n, bool parallel, const Fn& fn) {
-  if (parallel) {
-#pragma omp parallel for schedule(static)
+  if (!parallel) {
     for (int64_t i = 0; i < n; ++i) fn(i);
-  } else {
-    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
   }
+  team::run([&](int t, int threads) {
+    for (int64_t i = n * t / threads, end = n * (t + 1) / threads; i < end; ++i) fn(i);
+  });
+}
+
+// fn(i) for i in [0, n), each i taken by the next thread of the team that is free: for items of
+// uneven cost (attention heads over different spans, tiles of codes). A builtin atomic, not
+// std::atomic, for kernels_avx2.cpp's sake.
+template <class Fn>
+void parallel_dynamic(int64_t n, bool parallel, const Fn& fn) {
+  if (!parallel) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  int64_t next = 0;
+  team::run([&](int, int) {
+    for (int64_t i; (i = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED)) < n;) fn(i);
+  });
 }
 
 // From this many tokens on, a step's products run as GEMMs: OpenBLAS SGEMMs for float weights

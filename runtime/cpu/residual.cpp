@@ -1,7 +1,5 @@
 #include "runtime/cpu/residual.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <vector>
 
@@ -121,22 +119,22 @@ void run(const ResidualView& r, const float* x, int64_t n, float* y, bool simd, 
   const int64_t g = r.rows_per_book(), per_row = r.cols / r.dim;
   const bool lookup = simd && packed;
   const bool parallel = r.rows * per_row * n >= kParallelWork;
-  const int nth = parallel ? omp_get_max_threads() : 1;
+  const int nth = parallel ? team::size() : 1;
   if (r.books >= nth) {
     // Enough codebooks for every thread: each builds the tables of its own codebooks (the table
     // build, size·cols multiply-adds per codebook and token, is then parallel too).
-#pragma omp parallel num_threads(nth) if (nth > 1)
-    {
+    auto books = [&](int thread, int threads) {
       Scratch s(r, lookup);
-#pragma omp for schedule(static)
-      for (int64_t b = 0; b < r.books; ++b) {
+      for (int64_t b = r.books * thread / threads; b < r.books * (thread + 1) / threads; ++b) {
         load_book(r, b, s);
         for (int64_t t = 0; t < n; ++t) {
           build_lut(r, x + t * r.cols, s, simd);
           gather(r, s, b * g, (b + 1) * g, y + t * r.rows, simd, lookup ? packed : nullptr);
         }
       }
-    }
+    };
+    if (nth > 1) team::run(books);
+    else books(0, 1);
     return;
   }
   // Fewer codebooks than threads: one table at a time, its rows shared out in chunks.
@@ -147,10 +145,10 @@ void run(const ResidualView& r, const float* x, int64_t n, float* y, bool simd, 
       build_lut(r, x + t * r.cols, s, simd);
       float* yt = y + t * r.rows;
       const int64_t chunks = (g + kRowChunk - 1) / kRowChunk;
-#pragma omp parallel for schedule(static) num_threads(nth) if (nth > 1)
-      for (int64_t c = 0; c < chunks; ++c)
+      parallel_for(chunks, nth > 1, [&](int64_t c) {
         gather(r, s, b * g + c * kRowChunk, b * g + std::min(g, (c + 1) * kRowChunk), yt, simd,
                lookup ? packed : nullptr);
+      });
     }
   }
 }

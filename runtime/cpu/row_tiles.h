@@ -3,8 +3,6 @@
 // lambdas (types local to that file), so every copy is compiled for its file's instruction set
 // and none can stand in for another at link time.
 #pragma once
-#include <omp.h>
-
 #include <cstdint>
 
 #include "runtime/cpu/parallel.h"
@@ -48,9 +46,10 @@ void for_rows(int64_t rows, int64_t n_tokens, int64_t row_bytes, int64_t cols, c
   };
   if (rows * cols * n_tokens >= kParallelWork) {
     TileShares& shares = TileShares::of_this_thread();
-    shares.reset(tiles, omp_get_max_threads());
-#pragma omp parallel
-    for (int64_t i; (i = shares.next(omp_get_thread_num())) >= 0;) run(i);
+    shares.reset(tiles, team::size());
+    team::run([&](int thread, int) {
+      for (int64_t i; (i = shares.next(thread)) >= 0;) run(i);
+    });
   } else {
     for (int64_t i = 0; i < tiles; ++i) run(i);
   }
