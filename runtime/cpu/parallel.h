@@ -11,9 +11,9 @@ namespace bonsai::cpu {
 constexpr int64_t kParallelWork = int64_t(1) << 16;
 
 // The runtime's threads: the caller and omp_get_max_threads() - 1 workers of its own, which spin
-// between regions (and sleep once idle for 200 us), so that each of a decode step's ~140 regions
-// (113 products, 28 attentions for Qwen3-1.7B) starts and ends in about a microsecond, where an
-// OpenMP region took about three on the 2-core Zen 5 (docs/benchmarks.md, "The runtime's own
+// between regions (and sleep once idle for 200 us): each of a decode step's ~140 regions (113
+// products, 28 attentions for Qwen3-1.7B) costs 0.8-1.0 us less than an OpenMP region on the
+// 2-core Zen 5, and PTQ1_0's generation ran 4% faster (docs/benchmarks.md, "The runtime's own
 // threads"). Every parallel step of a forward pass runs here, the OpenBLAS calls of prompts
 // included: with libgomp's spinning threads and these both active, the two sets fought for the
 // cores. OpenMP stays in the quantization pipeline (calibrate/, quantize/).
