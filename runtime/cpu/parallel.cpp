@@ -54,7 +54,7 @@ class Team {
 
   std::atomic<uint64_t> word_{0};
   std::atomic<int> left_{0};     // workers of the current region not yet done
-  std::atomic<int> sleepers_{0};  // workers asleep on wake_ (or about to be)
+  std::atomic<bool> asleep_[kMaxThreads] = {};  // by worker: waiting on wake_ (or about to)
   std::atomic<bool> busy_{false};
   void (*fn_)(void*, int, int) = nullptr;
   void* ctx_ = nullptr;
@@ -85,11 +85,13 @@ void Team::run(void (*fn)(void*, int, int), void* ctx) {
   error_ = nullptr;
   left_.store(threads - 1, std::memory_order_relaxed);
   const uint64_t region = (word_.load(std::memory_order_relaxed) >> kThreadBits) + 1;
-  word_.store(region << kThreadBits | uint64_t(threads));  // seq_cst: ordered before the load of sleepers_
-  if (sleepers_.load() > 0) {
-    std::lock_guard<std::mutex> lock(mutex_);  // a sleeper is either waiting on wake_ or will see the word
-    wake_.notify_all();
-  }
+  word_.store(region << kThreadBits | uint64_t(threads));  // seq_cst: ordered before the loads of asleep_
+  for (int id = 1; id < threads; ++id)
+    if (asleep_[id].load()) {
+      std::lock_guard<std::mutex> lock(mutex_);  // a sleeper is either waiting on wake_ or will see the word
+      wake_.notify_all();
+      break;
+    }
   const int icv = omp_get_max_threads();
   omp_set_num_threads(1);  // see work()
   try {
@@ -110,12 +112,17 @@ void Team::work(int id, uint64_t seen) {
   for (;;) {
     uint64_t word = word_.load(std::memory_order_acquire);
     for (auto since = std::chrono::steady_clock::now(); word == seen; word = word_.load(std::memory_order_acquire)) {
-      for (int i = 0; i < 256 && word_.load(std::memory_order_relaxed) == seen; ++i) relax(threads_of(seen));
-      if (std::chrono::steady_clock::now() - since < kSpin) continue;
+      // A worker left out of the last region (the thread count fell) sleeps at once: spinning, it
+      // would take a core from the region's threads. Asleep, it costs the caller nothing, which
+      // wakes only the sleepers a region needs.
+      if (id < threads_of(seen)) {
+        for (int i = 0; i < 256 && word_.load(std::memory_order_relaxed) == seen; ++i) relax(threads_of(seen));
+        if (std::chrono::steady_clock::now() - since < kSpin) continue;
+      }
       std::unique_lock<std::mutex> lock(mutex_);
-      sleepers_.fetch_add(1);  // seq_cst: ordered before the load of word_ in the wait below
+      asleep_[id].store(true);  // seq_cst: ordered before the load of word_ in the wait below
       wake_.wait(lock, [&] { return word_.load() != seen; });
-      sleepers_.fetch_sub(1);
+      asleep_[id].store(false);
       since = std::chrono::steady_clock::now();
     }
     seen = word;
