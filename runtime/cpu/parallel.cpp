@@ -113,8 +113,8 @@ void Team::work(int id, uint64_t seen) {
     uint64_t word = word_.load(std::memory_order_acquire);
     for (auto since = std::chrono::steady_clock::now(); word == seen; word = word_.load(std::memory_order_acquire)) {
       // A worker left out of the last region (the thread count fell) sleeps at once: spinning, it
-      // would take a core from the region's threads. Asleep, it costs the caller nothing, which
-      // wakes only the sleepers a region needs.
+      // would take a core from the region's threads. Asleep, it costs the caller nothing: a
+      // region notifies wake_ only when one of its own workers sleeps.
       if (id < threads_of(seen)) {
         for (int i = 0; i < 256 && word_.load(std::memory_order_relaxed) == seen; ++i) relax(threads_of(seen));
         if (std::chrono::steady_clock::now() - since < kSpin) continue;
