@@ -25,22 +25,15 @@ uint64_t read_sum(const uint64_t* p, int64_t n) {
   return total;
 }
 
-// Thread `thread`'s contiguous part [i0, i1) of n words, the same for the first touch and for
-// every pass, so pages sit on the reader's NUMA node and no page fault lands inside a timed pass.
-void part_of(int64_t n, int thread, int threads, int64_t& i0, int64_t& i1) {
-  i0 = n * thread / threads;
-  i1 = n * (thread + 1) / threads;
-}
-
 }  // namespace
 
 ReadProbe::ReadProbe(size_t bytes)
     : n_(int64_t(std::max<size_t>(bytes / sizeof(uint64_t), 1))),
       buf_(reinterpret_cast<uint64_t*>(pages_.allocate(size_t(n_) * sizeof(uint64_t)))) {
+  // Each thread touches first the part it reads in every pass (team::part), so pages sit on the
+  // reader's NUMA node and no page fault lands inside a timed pass.
   team::run([&](int thread, int threads) {
-    int64_t i0, i1;
-    part_of(n_, thread, threads, i0, i1);
-    for (int64_t i = i0; i < i1; ++i) buf_[i] = uint64_t(i);
+    for (auto [i, end] = team::part(n_, thread, threads); i < end; ++i) buf_[i] = uint64_t(i);
   });
 }
 
@@ -51,9 +44,8 @@ double ReadProbe::measure_gbs(int runs, double warm_s) {
     const auto t0 = clock::now();
     uint64_t total = 0;
     team::run([&](int thread, int threads) {
-      int64_t i0, i1;
-      part_of(n_, thread, threads, i0, i1);
-      __atomic_fetch_add(&total, read_sum(buf_ + i0, i1 - i0), __ATOMIC_RELAXED);
+      const team::Part p = team::part(n_, thread, threads);
+      __atomic_fetch_add(&total, read_sum(buf_ + p.begin, p.end - p.begin), __ATOMIC_RELAXED);
     });
     sink += total;
     return std::chrono::duration<double>(clock::now() - t0).count();

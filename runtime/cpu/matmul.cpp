@@ -105,20 +105,17 @@ bool avx2_usable() {
 namespace {
 
 void ref_rows(const Matrix& m, const float* x, int64_t n_tokens, float* y) {
-  auto rows = [&](int thread, int threads) {
-    std::vector<float> row(size_t(m.cols));  // this thread's decoded row
-    for (int64_t r = m.rows * thread / threads; r < m.rows * (thread + 1) / threads; ++r) {
-      m.type->to_float(m.data + uint64_t(r) * m.row_bytes, row.data(), m.cols);
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        const float* xt = x + t * m.cols;
-        double s = 0.0;
-        for (int64_t k = 0; k < m.cols; ++k) s += double(row[size_t(k)]) * double(xt[k]);
-        y[t * m.rows + r] = float(s);
-      }
+  thread_local std::vector<float> row;  // each thread's decoded row, kept for the next call
+  parallel_for(m.rows, m.rows * m.cols * n_tokens >= kParallelWork, [&](int64_t r) {
+    row.resize(size_t(m.cols));
+    m.type->to_float(m.data + uint64_t(r) * m.row_bytes, row.data(), m.cols);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const float* xt = x + t * m.cols;
+      double s = 0.0;
+      for (int64_t k = 0; k < m.cols; ++k) s += double(row[size_t(k)]) * double(xt[k]);
+      y[t * m.rows + r] = float(s);
     }
-  };
-  if (m.rows * m.cols * n_tokens >= kParallelWork) team::run(rows);
-  else rows(0, 1);
+  });
 }
 
 // The AVX2 path's copy of Q8_0 and PTQ1_0 weights (pack_weights): their rows split into scales

@@ -22,6 +22,13 @@ namespace team {
 // The threads a region started now on this thread would get.
 int size();
 
+// Thread `thread`'s part [begin, end) of n items cut into `threads` contiguous parts, the same for
+// every region of as many threads (so the part a thread first touched is the part it reads).
+struct Part {
+  int64_t begin, end;
+};
+constexpr Part part(int64_t n, int thread, int threads) { return {n * thread / threads, n * (thread + 1) / threads}; }
+
 // fn(ctx, thread, threads) on each thread of a region, thread 0 being the caller; returns when
 // all are done, rethrowing the first exception any of them threw. A region started while the
 // team is busy (from a worker, another thread, or inside an OpenMP region) runs fn(ctx, 0, 1) on
@@ -46,8 +53,8 @@ void parallel_for(int64_t n, bool parallel, const Fn& fn) {
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
-  team::run([&](int t, int threads) {
-    for (int64_t i = n * t / threads, end = n * (t + 1) / threads; i < end; ++i) fn(i);
+  team::run([&](int thread, int threads) {
+    for (auto [i, end] = team::part(n, thread, threads); i < end; ++i) fn(i);
   });
 }
 

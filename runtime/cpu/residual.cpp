@@ -125,7 +125,7 @@ void run(const ResidualView& r, const float* x, int64_t n, float* y, bool simd, 
     // build, size·cols multiply-adds per codebook and token, is then parallel too).
     auto books = [&](int thread, int threads) {
       Scratch s(r, lookup);
-      for (int64_t b = r.books * thread / threads; b < r.books * (thread + 1) / threads; ++b) {
+      for (auto [b, end] = team::part(r.books, thread, threads); b < end; ++b) {
         load_book(r, b, s);
         for (int64_t t = 0; t < n; ++t) {
           build_lut(r, x + t * r.cols, s, simd);
