@@ -19,8 +19,8 @@ namespace {
 
 // One spin of a thread waiting in a region of `threads` threads: a pause, which tells the core (and
 // an SMT sibling) that nothing useful runs here; or, with more threads than cores, the core itself
-// for the thread waited for, which may have none (CpuTeam's 2000 regions each of 3, 1, 5, 2 and
-// 4 threads took 2.6 s on the 2-core machine spinning, 52-64 ms yielding).
+// for the thread waited for, which may have no core to run on (spinning, CpuTeam's regions of 3 to 5
+// threads took seconds on the 2-core machine instead of tens of milliseconds).
 void relax(int threads) {
   static const int cores = omp_get_num_procs();
   if (threads > cores) return std::this_thread::yield();
