@@ -1,4 +1,5 @@
-// The CPU backend: the transformer's operations on host memory, OpenMP across rows and heads;
+// The CPU backend: the transformer's operations on host memory, on the runtime's team of threads
+// (team::run in cpu/parallel.h) across rows and heads, as many as omp_get_max_threads() says;
 // matrix products by stored type come from matmul.h.
 #include <omp.h>
 

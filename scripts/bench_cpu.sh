@@ -13,9 +13,9 @@
 # Writes OUT_DIR/bench.txt (every command, the load average before and after it, its raw output)
 # and OUT_DIR/table.md (the side-by-side table; docs/benchmarks.md quotes it). Models are
 # synthesized into OUT_DIR once and reused. The machine should be otherwise idle: the load
-# average printed next to every run says whether it was. On a loaded machine OMP_WAIT_POLICY=passive
-# (applies to both programs, both use OpenMP) keeps threads that wait at a barrier from spinning
-# away the core the late thread needs; the header records it.
+# average printed next to every run says whether it was. OMP_WAIT_POLICY (recorded in the header)
+# reaches llama.cpp's OpenMP threads; bonsai's runtime runs on its own team (runtime/cpu/parallel.h),
+# whose waiting threads spin for 200 us and then sleep whatever the variable says.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/bonsai-bench}
