@@ -2,20 +2,15 @@
 // instructions; matmul.cpp calls it only when avx512_usable(). Like kernels_avx2.cpp it takes the
 // block layouts from blocks.h and calls no library code.
 //
-// PTQ1_0, any number of tokens. The AVX2 kernel turns each base-3 byte into digits with two
-// 16-bit multiplies per 16 digits; on a machine whose memory streams 30+ GB/s per core that
-// decode, not memory, sets the speed (21% of the bandwidth roofline on a 2-core Zen 5). Here the
-// digits of 64 bytes at once come from table lookups (byte permutes of tables held in registers),
-// and VNNI's vpdpbusd multiplies the 0..2 codes with the int8 activations and sums them in int32.
-// The weights are read from a copy made once per weight (pack): each 16 blocks of a row are
-// one "slab" of seven registers with one block per 32-bit lane, so every digit register of a slab
-// adds into the same lanes and needs one int->float step per 16 blocks, and the digit bytes are
-// recoded so that a byte's five digits take two permutes and no mask register (Recoding). The
-// activations are quantized in element order (act_quant.h, one scale per block) and laid out in
-// the slab's register order once per call. A lone token's rows go four at a time, so that each
-// activation register serves four rows, and ask for their weights ahead of the hardware prefetcher.
+// PTQ1_0, any number of tokens, by table lookups (as T-MAC and bitnet.cpp's TL kernels do): the
+// copy (pack) holds three trits in a five-bit code, three codes to a 16-bit lane and one row per
+// lane, and each three activations get a table of the 27 sums their trits can make; vpermw then
+// looks up 32 rows' codes at once. Per 32 rows and 9 weights: two shifts, three lookups and three
+// adds. The slab kernel before it decoded each base-3 byte into five digit registers (nine
+// operations, then five vpdpbusd per 64 bytes and row) and was bound by that work, not by memory
+// (docs/benchmarks.md, "PTQ1_0 by table lookups").
 //
-// Q8_0 and PQ2_0, any number of tokens. Their copies take PTQ1_0's slabs too, each row's scales
+// Q8_0 and PQ2_0, any number of tokens. Their copies are in slabs of 16 blocks, each row's scales
 // first, so that the per-block work (scales, conversion to float) comes once per slab: a register of
 // Q8_0's codes (made unsigned) costs one load and one vpdpbusd per token, one of PQ2_0's a shift and
 // a mask per plane of two-bit codes and four vpdpbusd (docs/benchmarks.md, "Q8_0 in slabs").
@@ -29,7 +24,10 @@
 #endif
 #include <immintrin.h>
 
+#include <cstddef>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "formats/blocks.h"
 #include "runtime/cpu/parallel.h"
@@ -42,27 +40,35 @@ using tiles::for_rows;
 using tiles::kTokens;
 using tiles::min64;
 
-// ---- PTQ1_0 slabs ----
+// ---- Slabs (Q8_0, PQ2_0) ----
+constexpr int kSlab = 16;  // blocks per slab
+
+// ---- PTQ1_0 by table lookups ----
 //
-// A slab is 16 blocks of a row, one per 32-bit lane: register k of the slab holds 32-bit word k of
-// each block's 28 bytes, for k = 0..6. Words 0..3 are qs[0..16) (spec §1.5's 16-byte stage: byte m
-// carries elements m + 16n, digit n = 0..4), words 4..5 qs[16..24) (the 8-byte stage: byte 16 + m
-// carries 80 + m + 8n), word 6 is qh[0..1] (four digits: byte h carries 120 + h + 2n) and the
-// scale d. So every lane of every register belongs to one block: all 34 digit registers of a slab
-// sum into the same int32 lanes, which turn float once per slab with 16 scales dw * da, and no
-// byte of the 448 is padding (the d bytes decode to digits that meet zero activations).
-constexpr int kSlab = 16;                                 // blocks per slab
-constexpr int kWordsPtq1 = int(sizeof(block_ptq1_0)) / 4;  // registers per slab (7)
-constexpr int kQsWords = kWordsPtq1 - 1;                  // words of five-digit bytes (the last: qh, d)
-constexpr int kActRegs = 5 * kQsWords + 4;                // digit registers per slab (34)
-constexpr int64_t kSlabActPtq1 = 64 * kActRegs;           // activation bytes per slab and token
-static_assert(sizeof(block_ptq1_0) == 28 && QK_PTQ1_0 == 128, "the slab layout follows the block's 28 bytes");
+// The copy holds each block's 128 trits (0..2 for -1, 0, +1) as 43 codes of three, t0 + 3 t1 + 9 t2
+// for elements 3k, 3k+1, 3k+2 (the last code's third trit is a zero weight), three codes to a
+// 16-bit word (bits 0..4, 5..9, 10..14), 15 words a block (the last two slots code 13: three
+// zeros). Rows go in groups of 128, four registers of 32 rows, one row per 16-bit lane: for each
+// block, its 15 words of the group's rows (register i of word j: rows 32i..32i+31), then the 128
+// rows' fp16 scales, 4 KB in all; the copy's rows are padded to whole groups with zero weights.
+// Per call, each three activations of a block get a table of the 27 sums t0 x0 + t1 x1 + t2 x2 of
+// their int8 values (|sum| <= 381), and vpermw looks the codes of 32 rows up at once: per word
+// and register two shifts, three lookups and three adds. A block's 43 lookups sum within +-16383
+// in int16, then turn float with the scales dw * da.
+constexpr int kGroupRows = 128;                    // rows per pass: four registers of 32
+constexpr int kCodes = (QK_PTQ1_0 + 2) / 3;        // codes per block (43)
+constexpr int kCodeWords = (kCodes + 2) / 3;       // 16-bit words per block and row (15)
+constexpr int kTables = 3 * kCodeWords;            // tables per block (45; the last two zero)
+constexpr int kZeroCode = 13;                      // three zero trits (1 + 3 + 9)
+constexpr int64_t kGroupBlockBytes = int64_t(kCodeWords) * 64 * 4 + 2 * kGroupRows;  // 4 KB
+constexpr int64_t kTableBytes = 64;                // 27 int16 sums, five zeros
+// Weight bytes of a tile for several tokens: each tile reads every token's tables (46 KB a token at
+// 2048 columns) again, so tiles are as large as L2 allows beside four tokens' tables.
+constexpr int64_t kLookupTileBytes = int64_t(512) << 10;
+static_assert(sizeof(block_ptq1_0) == 28 && QK_PTQ1_0 == 128, "the copy follows the block's 128 trits");
 
-// The digit register (word k, digit n) is activation register act_reg_ptq1(k, n).
-constexpr int act_reg_ptq1(int k, int n) { return k < kQsWords ? 5 * k + n : 5 * kQsWords + n; }
-
-// The element of a block that byte j of word k carries as digit n, or -1 (the scale's bytes, and
-// qh's fifth digit): formats' placement (for_each_trit) over the block's 28 bytes.
+// The element of a block that byte j of the block's codes carries as digit n, or -1 (qh's fifth
+// digit): formats' placement (for_each_trit).
 struct Placement {
   int8_t elem[sizeof(block_ptq1_0)][5];
 };
@@ -75,93 +81,21 @@ constexpr Placement make_placement() {
   return p;
 }
 constexpr Placement kPlacement = make_placement();
-constexpr int slab_elem(int k, int n, int j) { return kPlacement.elem[4 * k + j][n]; }
 
-// Digit n of byte b (spec §1.5), for all 256 bytes (the encoder writes b < 243; the others decode
-// by the same formula, as to_float does).
-constexpr int digit(int b, int n) { return int(trit_digits4(uint32_t(b), n)); }
+// Rows of the copy: `rows` padded to whole groups.
+constexpr int64_t group_rows(int64_t rows) { return (rows + kGroupRows - 1) / kGroupRows * kGroupRows; }
 
-// The copy stores each five-digit byte recoded, so that its digits take two byte permutes of
-// tables held in registers, a byte subtraction, a byte minimum and a shift, and no mask register.
-// A byte's digits are a pattern (r, d4): r = d0 + 3 d1 + 9 d2 + 27 d3 in [0, 81), d4 in [0, 3).
-// Its code c is r for d4 = 0, 84 + r for d4 = 1, and for d4 = 2 168 + (r - 37) where r >= 37
-// (168..211), 212 + r below (212..248). Then the table index min(c, c - 84), in wrapping unsigned
-// bytes, read on its low 7 bits as vpermt2b does, is r for d4 < 2, 84 + (r - 37) (entries 84..127)
-// for d4 = 2 and r >= 37, and r again below: a 128-entry table of r's digits 0..3, two bits each,
-// with those 44 entries added, finishes the decode of digits 0..3 (one gf2p8affine moves digit n to
-// bits 0..1). And d4 is constant on each four codes c >> 2 (codes 81..83 and 165..167 are not
-// used), so a 64-entry table takes it from c shifted right by two (vpermb reads 6 bits). (The first
-// codes took a permute through a mask of each code's top bit and a compare into a mask for d4:
-// tg 74.5 against 78.9 t/s, docs/benchmarks.md, "One permute and no mask per digit byte".) Bytes
-// that are not recoded (the scale's, whose digits meet zero activations) read some entry and harm
-// nothing.
-constexpr int kCode1 = 84;            // first code of d4 = 1 (a multiple of 4, at least 81)
-constexpr int kCode2 = 2 * kCode1;    // first code of d4 = 2
-constexpr int kSplit = 128 - kCode1;  // table entries kCode1..127 hold r = kR2..80 for d4 = 2
-constexpr int kR2 = 81 - kSplit;
-constexpr int code_of(int b) {
-  const int r = digit(b, 0) + 3 * digit(b, 1) + 9 * digit(b, 2) + 27 * digit(b, 3), d4 = digit(b, 4);
-  if (d4 < 2) return d4 * kCode1 + r;
-  return r >= kR2 ? kCode2 + (r - kR2) : kCode2 + kSplit + r;
-}
-// The table index of code c (any byte), as Lut::digits computes it.
-constexpr int index_of_code(int c) {
-  const int q = (c - kCode1) & 255;
-  return (c < q ? c : q) & 127;
-}
-
-struct Recoding {
-  alignas(64) uint8_t to_code[256];  // stored byte -> code
-  alignas(64) uint8_t t[128];        // index -> digits 0..3 of its r, two bits each (digit n at bit 2n)
-  alignas(64) uint8_t d4[64];        // c >> 2 -> digit 4
+// Trit k (0..2) of code c, minus one, for c < 27; 0 past them (the tables' five unused entries).
+struct Patterns {
+  alignas(64) int16_t p[3][32];
 };
-constexpr uint8_t packed_digits(int r) {
-  uint8_t v = 0;
-  for (int n = 0; n < 4; ++n, r /= 3) v |= uint8_t((r % 3) << (2 * n));
-  return v;
+constexpr Patterns make_patterns() {
+  Patterns t{};
+  for (int c = 0; c < 27; ++c)
+    for (int k = 0, v = c; k < 3; ++k, v /= 3) t.p[k][c] = int16_t(v % 3 - 1);
+  return t;
 }
-constexpr Recoding make_recoding() {
-  Recoding rc{};
-  for (int b = 0; b < 256; ++b) rc.to_code[b] = uint8_t(code_of(b));
-  for (int r = 0; r < 81; ++r) rc.t[r] = packed_digits(r);
-  for (int r = kR2; r < 81; ++r) rc.t[kCode1 + r - kR2] = packed_digits(r);
-  for (int g = 0; g < 64; ++g) rc.d4[g] = uint8_t(4 * g < kCode1 ? 0 : 4 * g < kCode2 ? 1 : 2);
-  return rc;
-}
-constexpr Recoding kRecoding = make_recoding();
-static_assert(kCode1 % 4 == 0 && kCode1 >= 81 && kCode2 + kSplit + kR2 <= 256, "d4 is constant on every four codes");
-static_assert([] {
-  for (int b = 0; b < 256; ++b) {
-    const int c = kRecoding.to_code[b];
-    if (kRecoding.d4[c >> 2] != digit(b, 4)) return false;
-    for (int n = 0; n < 4; ++n)
-      if (((kRecoding.t[index_of_code(c)] >> (2 * n)) & 3) != digit(b, n)) return false;
-  }
-  return true;
-}(), "every stored byte's recoded digits are its own");
-
-struct Lut {
-  __m512i t[2];     // the table's entries 64q .. 64q + 63
-  __m512i d4;       // digit 4 by c >> 2
-  __m512i pick[3];  // gf2p8affine matrices: digit n + 1 of the table's byte -> bits 0..1
-  Lut() {
-    for (int q = 0; q < 2; ++q) t[q] = _mm512_load_si512(kRecoding.t + 64 * q);
-    d4 = _mm512_load_si512(kRecoding.d4);
-    // the matrix's byte 7 - i selects the input bits that make output bit i
-    for (int n = 1; n < 4; ++n)
-      pick[n - 1] = _mm512_set1_epi64(int64_t((uint64_t(1) << (2 * n)) << 56 | (uint64_t(1) << (2 * n + 1)) << 48));
-  }
-  // The first N (4 or 5) digits of the 64 codes c.
-  template <int N>
-  void digits(__m512i c, __m512i* d) const {
-    const __m512i index = _mm512_min_epu8(c, _mm512_sub_epi8(c, _mm512_set1_epi8(kCode1)));  // index_of_code
-    const __m512i d03 = _mm512_permutex2var_epi8(t[0], index, t[1]);
-    d[0] = _mm512_and_si512(d03, _mm512_set1_epi8(3));
-    for (int n = 1; n < 4; ++n) d[n] = _mm512_gf2p8affine_epi64_epi8(d03, pick[n - 1], 0);
-    // c >> 2 within 16-bit lanes: the neighbour's bits land in bits 6..7, which vpermb ignores
-    if constexpr (N == 5) d[4] = _mm512_permutexvar_epi8(_mm512_srli_epi16(c, 2), d4);
-  }
-};
+constexpr Patterns kPatterns = make_patterns();
 
 // Rows per call of run_slabs' for_rows lambda: up to four single-token rows that share their
 // activation loads (dot_slabs<4, 1>, where a type's kRows is 4) and one reduction of their lanes.
@@ -202,39 +136,10 @@ void weight_slabs(int64_t nb, uint8_t* out, const Word& word) {
   }
 }
 
-// Reorders token rows of quantized activations (elem: position -> element within a block; the
-// identity for act_layout_avx512) into slab order (act_slabs): the 34 digit registers, zero where a
-// byte carries no element. Per block, three masked byte permutes of its 128 bytes give its 34
-// words in register order.
-void reorder_ptq1(const int32_t* elem, const int8_t* q, int64_t cols, int64_t n_tokens, int8_t* dst) {
-  uint8_t pos[QK_PTQ1_0];  // element -> position
-  for (int p = 0; p < QK_PTQ1_0; ++p) pos[elem[p]] = uint8_t(p);
-  alignas(64) uint8_t idx[3 * 64] = {};
-  uint64_t keep[3] = {};
-  for (int k = 0; k < kWordsPtq1; ++k)
-    for (int n = 0; n < (k < kQsWords ? 5 : 4); ++n)
-      for (int j = 0; j < 4; ++j) {
-        const int e = slab_elem(k, n, j), o = 4 * act_reg_ptq1(k, n) + j;
-        if (e < 0) continue;
-        idx[o] = pos[e];
-        keep[o / 64] |= uint64_t(1) << (o % 64);
-      }
-  const __m512i i0 = _mm512_load_si512(idx), i1 = _mm512_load_si512(idx + 64), i2 = _mm512_load_si512(idx + 128);
-  alignas(64) int8_t words[3 * 64];
-  act_slabs<kActRegs>(cols / QK_PTQ1_0, n_tokens, dst, [&](int64_t b) {
-    const int8_t* src = q + b * QK_PTQ1_0;
-    const __m512i lo = _mm512_loadu_si512(src), hi = _mm512_loadu_si512(src + 64);
-    _mm512_store_si512(words, _mm512_maskz_permutex2var_epi8(keep[0], lo, i0, hi));
-    _mm512_store_si512(words + 64, _mm512_maskz_permutex2var_epi8(keep[1], lo, i1, hi));
-    _mm512_store_si512(words + 128, _mm512_maskz_permutex2var_epi8(keep[2], lo, i2, hi));
-    return words;
-  });
-}
-
 // ---- Q8_0 and PQ2_0 slabs ----
 //
 // Their copies (pack_scales_first_row) hold each row's nb fp16 scales, then its 32 code bytes a
-// block in slabs of 16 blocks as PTQ1_0's: register k of a slab holds bytes 4k..4k+3 of each
+// block in slabs of 16 blocks: register k of a slab holds bytes 4k..4k+3 of each
 // block's codes, one block per 32-bit lane. So all the registers of a slab sum into the same lanes,
 // which turn float once per slab. Q8_0's codes are stored plus 128 (vpdpbusd multiplies unsigned by
 // signed bytes; value = code - 128 makes the -128 the activations' correction, act_quant.h), and a
@@ -280,35 +185,10 @@ inline void prefetch_in_place(const uint8_t* p) { asm volatile("prefetcht0 %0" :
 template <int R, int T, class Slabs>
 constexpr bool kAhead = T == 1 && R == Slabs::kRows;
 
-// What slab_dot needs of a type whose rows are slabs (pack: pack_ptq1_row, pack_scales_first_row): its
-// words per slab and where they are, the code registers each word gives and the activation
-// register each of those meets, and the slab's 16 scales.
+// What slab_dot needs of a type whose rows are slabs (pack_scales_first_row): its words per slab
+// and where they are, the code registers each word gives and the activation register each of
+// those meets, and the slab's 16 scales.
 //
-// PTQ1_0: the seven words of a slab are the block's 28 bytes; each word's bytes give five digit
-// registers (four for the last, whose top half is the scale) through the Lut.
-struct Ptq1Slabs {
-  static constexpr int kWords = kWordsPtq1;
-  static constexpr int64_t kSlabAct = kSlabActPtq1;
-  static constexpr int64_t kBlockBytes = sizeof(block_ptq1_0);
-  static constexpr int kMaxRegs = 5;
-  static constexpr int kRows = kRowsSlab;
-  static constexpr int regs(int k) { return k < kQsWords ? 5 : 4; }
-  static constexpr int act_reg(int k, int n) { return act_reg_ptq1(k, n); }
-  Lut lut;
-  // Row `row`'s slab from block b0 on, and its scale bytes apart from the codes (none: in word 6).
-  const uint8_t* codes(const uint8_t* row, int64_t b0) const { return row + b0 * kBlockBytes; }
-  const uint8_t* scales(const uint8_t*, int64_t) const { return nullptr; }
-  void decode(int k, __m512i b, __m512i* c) const {
-    if (k < kQsWords) lut.digits<5>(b, c);
-    else lut.digits<4>(b, c);
-  }
-  // The scales from the slab's last word (top half of each lane).
-  template <bool Full>
-  __m512 scale(const uint8_t*, __mmask16, __m512i last) const {
-    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(last, 16)));
-  }
-};
-
 // Rows of nb fp16 scales, then the codes in slabs (pack_scales_first_row): where a slab's codes
 // and scales are, and the scales as floats.
 struct ScalesFirst {
@@ -317,7 +197,7 @@ struct ScalesFirst {
   const uint8_t* codes(const uint8_t* row, int64_t b0) const { return row + 2 * nb + b0 * kBlockBytes; }
   const uint8_t* scales(const uint8_t* row, int64_t b0) const { return row + 2 * b0; }
   template <bool Full>
-  __m512 scale(const uint8_t* s, __mmask16 lanes, __m512i) const {
+  __m512 scale(const uint8_t* s, __mmask16 lanes) const {
     const __m256i h = Full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)) : _mm256_maskz_loadu_epi16(lanes, s);
     return _mm512_cvtph_ps(h);
   }
@@ -402,7 +282,7 @@ void slab_dot(const Slabs& slabs, const uint8_t* row, int64_t rb, int64_t b0, in
       }
       if (k < kLast) continue;
       // the row's last word: its chains turn float with the scales
-      const __m512 dw = slabs.template scale<Full>(slabs.scales(row + r * rb, b0), lanes, b);
+      const __m512 dw = slabs.template scale<Full>(slabs.scales(row + r * rb, b0), lanes);
       for (int t = 0; t < T; ++t) {
         __m512i sum = s[r][t][0];
         for (int j = 1; j < C; ++j) sum = _mm512_add_epi32(sum, s[r][t][j]);
@@ -417,12 +297,12 @@ void slab_dot(const Slabs& slabs, const uint8_t* row, int64_t rb, int64_t b0, in
 
 // R rows (slabs, nb blocks, rb bytes apart) against T tokens, slab by slab (slab_dot): v[r][t]
 // gets 16 lanes whose sum is the dot product. A lone token's rows go Slabs::kRows at a time and
-// ask for their weights ahead: PTQ1_0's four at a time with one chain each, so that each
-// activation register serves four rows (docs/benchmarks.md, "PTQ1_0 rows four at a time"); Q8_0's
-// one at a time: its light loop streamed clearly slower four rows at a time (docs/benchmarks.md,
-// "Q8_0 in slabs"). A row alone takes one chain per word (vpdpbusd's latency would make a single
-// chain of 34 the limit); several tokens take two per token (their chains already overlap, and
-// seven per token would not fit in the registers).
+// ask for their weights ahead: PQ2_0's four at a time with one chain each, so that each
+// activation register serves four rows (docs/benchmarks.md, "PTQ1_0 rows four at a time", from
+// when PTQ1_0 had slabs too); Q8_0's one at a time: its light loop streamed clearly slower four
+// rows at a time (docs/benchmarks.md, "Q8_0 in slabs"). A row alone takes one chain per word
+// (vpdpbusd's latency would make one chain of a slab's words the limit); several tokens take two
+// per token (their chains already overlap, and one per word would not fit in the registers).
 template <int R, int T, class Slabs>
 void dot_slabs(const Slabs& slabs, const uint8_t* row, int64_t rb, int64_t nb, const int8_t* act, int64_t stride,
                const float* const* d, const float* const* corr, __m512 (&v)[R][T]) {
@@ -482,7 +362,7 @@ void run_slabs(const Part* parts, int count, int64_t cols, int64_t nb, int64_t r
                const int8_t* scratch, int64_t stride, const Slabs& proto) {
   constexpr bool kFour = Slabs::kRows == kRowsSlab;
   for_rows<kRowsSlab>(total_rows(parts, count), a.n_tokens, rb, cols, [&](int64_t r0, int n0, int64_t t0, int nt) {
-    const Slabs slabs = proto;  // in this thread's registers (PTQ1_0's tables)
+    const Slabs slabs = proto;  // in this thread's registers
     const int8_t* act = scratch + t0 * stride;
     const float* d[kTokens];
     const float* corr[kTokens];
@@ -514,13 +394,6 @@ void run_slabs(const Part* parts, int count, int64_t cols, int64_t nb, int64_t r
   });
 }
 
-void run_ptq1(const Part* parts, int count, int64_t cols, const avx2::ActView& a, const int32_t* elem, int8_t* scratch) {
-  reorder_ptq1(elem, a.q, cols, a.n_tokens, scratch);
-  const int64_t nb = cols / QK_PTQ1_0;
-  run_slabs(parts, count, cols, nb, nb * Ptq1Slabs::kBlockBytes, a, scratch, slab_count(nb) * kSlabActPtq1,
-            Ptq1Slabs{});
-}
-
 void run_q8_0(const Part* parts, int count, int64_t cols, const avx2::ActView& a, int8_t* scratch) {
   const int64_t nb = cols / QK8_0;
   act_slabs<kWordsQ8>(nb, a.n_tokens, scratch, [&](int64_t b) { return a.q + b * QK8_0; });
@@ -535,18 +408,147 @@ void run_pq2(const Part* parts, int count, int64_t cols, const avx2::ActView& a,
             Pq2Slabs{{nb}});
 }
 
-// A row of PTQ1_0's copy: its slabs, the digit bytes recoded (Recoding), the scale's two bytes as
-// they are.
-void pack_ptq1_row(const uint8_t* src, int64_t nb, uint8_t* out) {
-  weight_slabs<kWordsPtq1>(nb, out, [&](int64_t b, int k) {
-    uint8_t v[4];
-    for (int j = 0; j < 4; ++j) {
-      v[j] = src[b * int64_t(sizeof(block_ptq1_0)) + 4 * k + j];
-      if (slab_elem(k, 0, j) >= 0) v[j] = kRecoding.to_code[v[j]];
+// ---- PTQ1_0 by table lookups: tables, kernel, copy ----
+
+// Digit n of byte b (spec §1.5), as to_float decodes it.
+constexpr int digit(int b, int n) { return int(trit_digits4(uint32_t(b), n)); }
+
+// The tables of token rows of quantized activations (elem: position -> element within a block):
+// per token and block kTables of them, table k from elements 3k..3k+2 (zero past the block).
+void build_tables(const int32_t* elem, const int8_t* q, int64_t cols, int64_t n_tokens, int16_t* tabs) {
+  int pos[3 * kTables];  // element -> position, -1 past the block
+  for (int& p : pos) p = -1;
+  for (int p = 0; p < QK_PTQ1_0; ++p) pos[elem[p]] = p;
+  const __m512i p0 = _mm512_load_si512(kPatterns.p[0]), p1 = _mm512_load_si512(kPatterns.p[1]),
+                p2 = _mm512_load_si512(kPatterns.p[2]);
+  for (int64_t b = 0; b < n_tokens * (cols / QK_PTQ1_0); ++b) {
+    const int8_t* x = q + b * QK_PTQ1_0;
+    int16_t* t = tabs + b * kTables * 32;
+    auto at = [&](int e) { return _mm512_set1_epi16(int16_t(pos[e] < 0 ? 0 : x[pos[e]])); };
+    for (int k = 0; k < kTables; ++k) {
+      const __m512i v = _mm512_add_epi16(_mm512_mullo_epi16(p0, at(3 * k)), _mm512_mullo_epi16(p1, at(3 * k + 1)));
+      _mm512_store_si512(t + 32 * k, _mm512_add_epi16(v, _mm512_mullo_epi16(p2, at(3 * k + 2))));
     }
-    uint32_t w;
-    std::memcpy(&w, v, 4);
-    return w;
+  }
+}
+
+// One group of 128 rows of the copy (w, nb blocks) against one token's tables and block scales
+// da: out[i] for row i of the group. Each weight line asks for the one kPrefetchBytes further on.
+void lookup_group(const uint8_t* w, int64_t nb, const int16_t* tabs, const float* da, float* out) {
+  __m512 acc[8];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* wb = w + b * kGroupBlockBytes;
+    const int16_t* tb = tabs + b * kTables * 32;
+    __m512i s[4];
+    for (__m512i& v : s) v = _mm512_setzero_si512();
+    // Not unrolled: unrolled, GCC put all the block's lookups before their adds and spilled them.
+#pragma GCC unroll 1
+    for (int j = 0; j < kCodeWords; ++j) {
+      const __m512i t0 = _mm512_load_si512(tb + 96 * j), t1 = _mm512_load_si512(tb + 96 * j + 32),
+                    t2 = _mm512_load_si512(tb + 96 * j + 64);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const uint8_t* line = wb + 256 * j + 64 * i;
+        prefetch_in_place(line + kPrefetchBytes);
+        const __m512i c = _mm512_load_si512(line);
+        s[i] = _mm512_add_epi16(s[i], _mm512_permutexvar_epi16(c, t0));
+        s[i] = _mm512_add_epi16(s[i], _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 5), t1));
+        s[i] = _mm512_add_epi16(s[i], _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 10), t2));
+      }
+    }
+    const uint8_t* sc = wb + 256 * kCodeWords;
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) prefetch_in_place(sc + 64 * i + kPrefetchBytes);
+    const __m512 d = _mm512_set1_ps(da[b]);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      const __m512i lo = _mm512_cvtepi16_epi32(_mm512_castsi512_si256(s[i]));
+      const __m512i hi = _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(s[i], 1));
+      const __m512 d0 = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc + 64 * i)));
+      const __m512 d1 = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc + 64 * i + 32)));
+      acc[2 * i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(d0, d), acc[2 * i]);
+      acc[2 * i + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(d1, d), acc[2 * i + 1]);
+    }
+  }
+  for (int k = 0; k < 8; ++k) _mm512_store_ps(out + 16 * k, acc[k]);
+}
+
+// The rows of the parts (copies of nb blocks a row) against the tokens of `a`, the groups of 128
+// rows of all parts in one pass of the threads. Each thread builds the tables of the tokens it
+// works on itself (again when its tokens change): tables built by one thread and read by another
+// crossed between the cores at every call and left two threads no faster than one.
+// A thread's tables (no std:: containers in this file: kernels_avx512.h), kept for its next calls.
+struct Tables {
+  int16_t* v = nullptr;
+  int64_t capacity = 0;  // tables
+  uint64_t call = 0;     // what they hold: the call's number and first token, and the token count
+  int64_t t0 = -1, nt = 0;
+  ~Tables() { std::free(v); }
+  int16_t* reserve(int64_t tables) {
+    if (tables > capacity) {
+      std::free(v);
+      v = static_cast<int16_t*>(std::aligned_alloc(64, size_t(tables * kTableBytes)));
+      if (!v) throw std::bad_alloc();
+      capacity = tables;
+    }
+    return v;
+  }
+};
+
+void run_ptq1(const Part* parts, int count, int64_t cols, const avx2::ActView& a, const int32_t* elem) {
+  static uint64_t calls = 0;
+  const uint64_t call = __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
+  const int64_t nb = cols / QK_PTQ1_0, rb = nb * (kGroupBlockBytes / kGroupRows);
+  int64_t total = 0;
+  for (int p = 0; p < count; ++p) total += group_rows(parts[p].rows);
+  for_rows<kGroupRows>(total, a.n_tokens, rb, cols, [&](int64_t r, int, int64_t t0, int nt) {
+    thread_local Tables tabs;
+    if (tabs.call != call || tabs.t0 != t0 || tabs.nt != nt) {
+      build_tables(elem, a.q + t0 * cols, cols, nt, tabs.reserve(nt * nb * kTables));
+      tabs.call = call, tabs.t0 = t0, tabs.nt = nt;
+    }
+    const Part* part = parts;  // every part's rows are whole groups: r starts one in some part
+    for (; r >= group_rows(part->rows); ++part) r -= group_rows(part->rows);
+    const int64_t valid = min64(kGroupRows, part->rows - r);
+    alignas(64) float out[kGroupRows];
+    for (int t = 0; t < nt; ++t) {
+      lookup_group(part->w + r * rb, nb, tabs.v + t * nb * kTables * 32, a.d + (t0 + t) * nb, out);
+      std::memcpy(part->y + (t0 + t) * part->rows + r, out, size_t(valid) * sizeof(float));
+    }
+  }, kLookupTileBytes);
+}
+
+// The copy (layout above) of rows of nb PTQ1_0 blocks: group g's block b from rows 128g.. as
+// stored, rows past the last as zero weights.
+void pack_ptq1(const uint8_t* w, int64_t rows, int64_t nb, uint8_t* out) {
+  const int64_t groups = group_rows(rows) / kGroupRows;
+  parallel_for(groups * nb, groups * nb * QK_PTQ1_0 * kGroupRows >= kParallelWork, [&](int64_t gb) {
+    const int64_t g = gb / nb, b = gb % nb;
+    uint8_t* dst = out + (g * nb + b) * kGroupBlockBytes;
+    for (int row = 0; row < kGroupRows; ++row) {
+      const int64_t r = g * kGroupRows + row;
+      uint8_t trit[3 * kTables];  // 1: a zero weight
+      std::memset(trit, 1, sizeof(trit));
+      uint16_t d = 0;
+      if (r < rows) {
+        const uint8_t* blk = w + (r * nb + b) * int64_t(sizeof(block_ptq1_0));
+        for (int byte = 0; byte < int(sizeof(block_ptq1_0)); ++byte)
+          for (int n = 0; n < 5; ++n)
+            if (const int e = kPlacement.elem[byte][n]; e >= 0) trit[e] = uint8_t(digit(blk[byte], n));
+        std::memcpy(&d, blk + offsetof(block_ptq1_0, d), 2);
+      }
+      for (int j = 0; j < kCodeWords; ++j) {
+        uint16_t word = 0;
+        for (int m = 0; m < 3; ++m) {
+          const int k = 3 * j + m;
+          const int code = trit[3 * k] + 3 * trit[3 * k + 1] + 9 * trit[3 * k + 2];
+          word = uint16_t(word | (k < kCodes ? code : kZeroCode) << (5 * m));
+        }
+        std::memcpy(dst + 2 * (kGroupRows * j + row), &word, 2);  // word j, register row / 32, lane row % 32
+      }
+      std::memcpy(dst + 256 * kCodeWords + 2 * row, &d, 2);
+    }
   });
 }
 
@@ -566,30 +568,30 @@ void pack_scales_first_row(const uint8_t* src, int64_t nb, uint8_t* out) {
 
 }  // namespace
 
-bool packs(TypeId type, int64_t cols) {
+int64_t pack_bytes(TypeId type, int64_t rows, int64_t cols) {
   switch (type) {
-    case TypeId::PTQ1_0: return cols % QK_PTQ1_0 == 0;
-    case TypeId::Q8_0: return cols % QK8_0 == 0;
-    case TypeId::PQ2_0: return cols % QK_PQ2_0 == 0;
-    default: return false;
+    case TypeId::PTQ1_0:  // kGroupBlockBytes per block and group of rows
+      return cols % QK_PTQ1_0 == 0 ? group_rows(rows) / kGroupRows * (cols / QK_PTQ1_0) * kGroupBlockBytes : 0;
+    case TypeId::Q8_0: return cols % QK8_0 == 0 ? rows * (cols / QK8_0) * int64_t(sizeof(block_q8_0)) : 0;
+    case TypeId::PQ2_0: return cols % QK_PQ2_0 == 0 ? rows * (cols / QK_PQ2_0) * int64_t(sizeof(block_pq2_0)) : 0;
+    default: return 0;
   }
 }
 
 void pack(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, uint8_t* out) {
-  const bool ptq1 = type == TypeId::PTQ1_0, q8 = type == TypeId::Q8_0;
-  const int64_t nb = cols / (ptq1 ? QK_PTQ1_0 : q8 ? QK8_0 : QK_PQ2_0);
-  const int64_t rb = nb * int64_t(ptq1 ? sizeof(block_ptq1_0) : q8 ? sizeof(block_q8_0) : sizeof(block_pq2_0));
+  if (type == TypeId::PTQ1_0) return pack_ptq1(w, rows, cols / QK_PTQ1_0, out);
+  const bool q8 = type == TypeId::Q8_0;
+  const int64_t nb = cols / (q8 ? QK8_0 : QK_PQ2_0);
+  const int64_t rb = nb * int64_t(q8 ? sizeof(block_q8_0) : sizeof(block_pq2_0));
   parallel_for(rows, rows * cols >= kParallelWork, [&](int64_t r) {
-    if (ptq1) pack_ptq1_row(w + r * rb, nb, out + r * rb);
-    else if (q8) pack_scales_first_row<block_q8_0, 0x80>(w + r * rb, nb, out + r * rb);
+    if (q8) pack_scales_first_row<block_q8_0, 0x80>(w + r * rb, nb, out + r * rb);
     else pack_scales_first_row<block_pq2_0, 0>(w + r * rb, nb, out + r * rb);
   });
 }
 
 int64_t scratch_bytes(TypeId type, int64_t cols, int64_t n_tokens) {
-  if (!packs(type, cols)) return 0;
   switch (type) {
-    case TypeId::PTQ1_0: return n_tokens * slab_count(cols / QK_PTQ1_0) * kSlabActPtq1;
+    case TypeId::PTQ1_0: return 0;  // each thread builds its own tables (run_ptq1)
     case TypeId::Q8_0: return n_tokens * slab_count(cols / QK8_0) * kSlabActQ8;
     default: return n_tokens * slab_count(cols / QK_PQ2_0) * kSlabActPq2;  // PQ2_0
   }
@@ -597,7 +599,7 @@ int64_t scratch_bytes(TypeId type, int64_t cols, int64_t n_tokens) {
 
 void matmul_q8(TypeId type, const Part* parts, int count, int64_t cols, const avx2::ActView& a, const int32_t* elem,
                int8_t* scratch) {
-  if (type == TypeId::PTQ1_0) run_ptq1(parts, count, cols, a, elem, scratch);
+  if (type == TypeId::PTQ1_0) run_ptq1(parts, count, cols, a, elem);
   if (type == TypeId::Q8_0) run_q8_0(parts, count, cols, a, scratch);
   if (type == TypeId::PQ2_0) run_pq2(parts, count, cols, a, scratch);
 }

@@ -15,17 +15,19 @@ bool avx512_usable();
 
 namespace bonsai::cpu::avx512 {
 
-// Whether matmul_q8 takes this type and width (PTQ1_0, Q8_0, PQ2_0: any width of whole blocks),
-// with its weights regrouped: the caller then hands it pack's copy, made once per weight.
-bool packs(TypeId type, int64_t cols);
-// Rows of cols (packs(type, cols)) regrouped by slabs of 16 blocks: PTQ1_0's digit bytes recoded,
-// Q8_0's and PQ2_0's scales first (Q8_0's codes made unsigned). `out` gets as many bytes as w, row
-// r at the same offset. The layout is kernels_avx512.cpp's; nothing else reads it.
+// Bytes of the copy of rows x cols weights that matmul_q8 reads (pack), or 0 when it takes no
+// such weights (PTQ1_0, Q8_0, PQ2_0: any width of whole blocks).
+int64_t pack_bytes(TypeId type, int64_t rows, int64_t cols);
+// The weights regrouped for the kernels, pack_bytes(type, rows, cols) bytes at `out`: PTQ1_0's as
+// five-bit codes of three trits for table lookups, in groups of 128 rows (the last padded), 32 bytes
+// a block; Q8_0's and PQ2_0's by slabs of 16 blocks, scales first (Q8_0's codes made unsigned), as
+// many bytes as w, row r at w's offset of row r. The layouts are kernels_avx512.cpp's; nothing else
+// reads them.
 void pack(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, uint8_t* out);
 
-// Bytes of scratch matmul_q8 needs for these activations, or 0 when it has no kernel for the
-// type and shape (the caller then takes the AVX2 kernel). The kernels serve any number of tokens,
-// up to four per pass over the weights, read regrouped (pack).
+// Bytes of scratch matmul_q8 needs for these activations (PTQ1_0: none). The kernels serve any
+// number of tokens, up to four per pass over the weights, read regrouped (pack): matmul_q8 takes
+// exactly the weights that pack_bytes has a copy for.
 int64_t scratch_bytes(TypeId type, int64_t cols, int64_t n_tokens);
 
 // One weight of a product: its rows (pack's copy) and its output y[t*rows + r].

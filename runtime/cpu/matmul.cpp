@@ -152,10 +152,10 @@ std::span<const uint8_t> pack_weights(const Tensor& w, HugePageArena& pages) {
 #if BONSAI_CPU_AVX2
   const Matrix m = check_matrix(w, "pack_weights");
   const MatmulPath path = matmul_path_taken();
-  if (path == MatmulPath::avx512 && avx512::packs(w.type, m.cols)) {
-    uint8_t* out = pages.allocate(w.nbytes);
+  if (const int64_t bytes = path == MatmulPath::avx512 ? avx512::pack_bytes(w.type, m.rows, m.cols) : 0; bytes > 0) {
+    uint8_t* out = pages.allocate(size_t(bytes));
     avx512::pack(w.type, w.data, m.rows, m.cols, out);
-    return {out, size_t(w.nbytes)};
+    return {out, size_t(bytes)};
   }
   if (path == MatmulPath::avx2 && split_copy_bytes(w) > 0) {
     uint8_t* out = pages.allocate(split_copy_bytes(w));
@@ -199,14 +199,15 @@ bool matmul_wide(const Tensor* const* w, float* const* y, int count, const Matri
 #if BONSAI_CPU_AVX2
   const TypeId type = w[0]->type;
   const ActLayout* layout = act_layout_avx512(type);
+  if (matmul_path_taken() != MatmulPath::avx512 || !layout || avx512::pack_bytes(type, 1, m.cols) == 0) return false;
   const int64_t scratch = avx512::scratch_bytes(type, m.cols, n_tokens);
-  if (matmul_path_taken() != MatmulPath::avx512 || !layout || scratch == 0) return false;
   thread_local std::vector<avx512::Part> parts;  // reused across calls: no allocation once warm
   parts.clear();
   for (int i = 0; i < count; ++i) {
     if (w[i]->type != type) return false;
     const std::span<const uint8_t> copy = packed ? packed[i] : std::span<const uint8_t>();
-    if (copy.size() != w[i]->nbytes) return false;  // no kernel for the stored layout
+    // no copy (or not the kernel's): the stored blocks go to the AVX2 kernel
+    if (copy.empty() || copy.size() != size_t(avx512::pack_bytes(type, w[i]->ne[1], m.cols))) return false;
     parts.push_back({copy.data(), w[i]->ne[1], y[i]});
   }
   const QuantAct& act = quantized(*layout, x, m.cols, n_tokens);

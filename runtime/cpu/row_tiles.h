@@ -33,14 +33,17 @@ constexpr int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 // memory once and every unpacked block serves kTokens tokens; with one token the tiles are 8 times
 // smaller. fn(row, row count <= Step, first token, count <= kTokens) does the dots of Step rows at
 // a time (fewer at the end of a tile).
+// `tile` sets the weight bytes of a tile for several tokens (PTQ1_0's lookups take larger tiles:
+// each tile reads every token's tables again).
 template <int Step, class Fn>
-void for_rows(int64_t rows, int64_t n_tokens, int64_t row_bytes, int64_t cols, const Fn& fn) {
-  const int64_t tile_bytes = n_tokens > kTokens ? kTileBytes : kTileBytes / 8;
+void for_rows(int64_t rows, int64_t n_tokens, int64_t row_bytes, int64_t cols, const Fn& fn,
+              int64_t tile = kTileBytes) {
+  const int64_t tile_bytes = n_tokens > kTokens ? tile : kTileBytes / 8;
   const int64_t fit = tile_bytes / row_bytes / Step * Step;  // whole Step-row groups in tile_bytes
-  const int64_t tile = fit > Step ? fit : Step;
-  const int64_t tiles = (rows + tile - 1) / tile;
+  const int64_t tile_rows = fit > Step ? fit : Step;
+  const int64_t tiles = (rows + tile_rows - 1) / tile_rows;
   auto run = [&](int64_t i) {
-    const int64_t rt = i * tile, re = min64(rows, rt + tile);
+    const int64_t rt = i * tile_rows, re = min64(rows, rt + tile_rows);
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokens)
       for (int64_t r = rt; r < re; r += Step) fn(r, int(min64(Step, re - r)), t0, int(min64(kTokens, n_tokens - t0)));
   };
