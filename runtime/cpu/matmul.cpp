@@ -171,7 +171,8 @@ std::span<const uint8_t> pack_weights(const Tensor& w, HugePageArena& pages) {
 
 uint64_t bytes_read(const Tensor& w, std::span<const uint8_t> packed) {
   if (packed.empty()) return w.nbytes;
-  return packed.size() == split_copy_bytes(w) ? packed.size() - kSplitTagBytes : packed.size();
+  const bool split = matmul_path_taken() == MatmulPath::avx2 && packed.size() == split_copy_bytes(w);
+  return split ? packed.size() - kSplitTagBytes : packed.size();
 }
 
 namespace {

@@ -1,8 +1,8 @@
 // Matrix products of stored weights with float activations, on the CPU: the kernels the runtime's
 // forward pass calls. Weights stay in their stored type (any type of formats/types.h); nothing is
-// converted ahead of time but the kernels' copies (pack_weights): PTQ1_0's blocks regrouped for the
-// AVX-512 kernel, Q8_0's copied; for the AVX2 one, Q8_0's and PTQ1_0's rows split into scales and
-// codes, PTQ1_0's rewritten as PQ2_0's 2-bit codes.
+// converted ahead of time but the kernels' copies (pack_weights): for the AVX-512 kernels PTQ1_0's
+// trits recoded for table lookups, Q8_0's and PQ2_0's blocks regrouped; for the AVX2 one, Q8_0's
+// and PTQ1_0's rows split into scales and codes, PTQ1_0's rewritten as PQ2_0's 2-bit codes.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -42,12 +42,14 @@ void matmul_shared(const Tensor* const* w, float* const* y, int count, const flo
                    const std::span<const uint8_t>* packed);
 
 // A copy of w in this process's memory for the kernel of the path matmul_path_taken() gives.
-// AVX-512: as many bytes as w, PTQ1_0's, Q8_0's and PQ2_0's regrouped in slabs for their kernel
-// (docs/benchmarks.md, "Q8_0 in slabs"); a copy is also faster to read than the file's mapping:
+// AVX-512: Q8_0's and PQ2_0's regrouped in slabs for their kernel, as many bytes as w
+// (docs/benchmarks.md, "Q8_0 in slabs"); PTQ1_0's as five-bit codes of three trits for its table
+// lookups, 32 bytes per stored 28, rows padded to groups of 128 (docs/benchmarks.md, "PTQ1_0 by
+// table lookups"). A copy is also faster to read than the file's mapping:
 // the 1.8 GB of Qwen3-1.7B in Q8_0 generated about a third faster from anonymous memory on the
 // 2-core machine (docs/benchmarks.md, "Q8_0 weights read from a copy"). AVX2: Q8_0's and PTQ1_0's
 // rows split, each row's block scales first, then its blocks' codes (avx2::split_rows; 64 bytes
-// more than the rows, a size that tells it from the AVX-512 copy), so that the kernel takes eight
+// more than the rows), so that the kernel takes eight
 // scales with one load (docs/benchmarks.md, "Split rows on AVX2"); PTQ1_0's as PQ2_0 blocks of the same
 // values (34 bytes per 28), which the 2-bit kernel multiplies in about half the time the base-3
 // digits take to unpack (docs/benchmarks.md, "PTQ1_0 read as 2-bit codes on AVX2"): a token reads
