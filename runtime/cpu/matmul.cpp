@@ -218,7 +218,8 @@ bool matmul_wide(const Tensor* const* w, float* const* y, int count, const Matri
   };
   thread_local std::vector<Line> reordered;
   reordered.resize(size_t((scratch + 63) / 64));
-  avx512::matmul_q8(type, parts.data(), count, m.cols, view_of(act), act.elem.data(), reordered.data()->b);
+  auto* s = reinterpret_cast<int8_t*>(reordered.data());  // none for PTQ1_0 (its tables are each thread's)
+  avx512::matmul_q8(type, parts.data(), count, m.cols, view_of(act), act.elem.data(), s);
   return true;
 #else
   (void)w, (void)y, (void)count, (void)m, (void)x, (void)n_tokens, (void)packed;

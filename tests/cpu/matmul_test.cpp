@@ -396,7 +396,8 @@ TEST(CpuMatmul, KernelCopyOnlyWhereAKernelReadsOne) {
         const auto packed = cpu::pack_weights(m.t, pages);
         ASSERT_EQ(packed.size(), copy_bytes) << what;
         if (avx512 && copy_bytes > 0) {
-          EXPECT_NE(0, std::memcmp(packed.data(), m.t.data, packed.size())) << what << ": the copy is regrouped";
+          const size_t both = std::min<size_t>(packed.size(), m.t.nbytes);  // PTQ1_0's copy is larger
+          EXPECT_NE(0, std::memcmp(packed.data(), m.t.data, both)) << what << ": the copy is regrouped";
         }
         if (!avx512 && copy_bytes > 0) {  // every value of the weight, bit for bit, as PQ2_0 / Q8_0 decode it
           const TypeId as = id == TypeId::PTQ1_0 ? TypeId::PQ2_0 : TypeId::Q8_0;
