@@ -410,8 +410,18 @@ void run_pq2(const Part* parts, int count, int64_t cols, const avx2::ActView& a,
 
 // ---- PTQ1_0 by table lookups: tables, kernel, copy ----
 
-// Digit n of byte b (spec §1.5), as to_float decodes it.
-constexpr int digit(int b, int n) { return int(trit_digits4(uint32_t(b), n)); }
+// Digit n of every byte value (spec §1.5), as to_float decodes it: a table made at compile time,
+// so that this file calls no inline formats code at run time (kernels_avx512.h).
+struct Digits {
+  uint8_t d[256][5];
+};
+constexpr Digits make_digits() {
+  Digits t{};
+  for (int b = 0; b < 256; ++b)
+    for (int n = 0; n < 5; ++n) t.d[b][n] = uint8_t(trit_digits4(uint32_t(b), n));
+  return t;
+}
+constexpr Digits kDigits = make_digits();
 
 // The tables of token rows of quantized activations (elem: position -> element within a block):
 // per token and block kTables of them, table k from elements 3k..3k+2 (zero past the block).
@@ -474,10 +484,6 @@ void lookup_group(const uint8_t* w, int64_t nb, const int16_t* tabs, const float
   for (int k = 0; k < 8; ++k) _mm512_store_ps(out + 16 * k, acc[k]);
 }
 
-// The rows of the parts (copies of nb blocks a row) against the tokens of `a`, the groups of 128
-// rows of all parts in one pass of the threads. Each thread builds the tables of the tokens it
-// works on itself (again when its tokens change): tables built by one thread and read by another
-// crossed between the cores at every call and left two threads no faster than one.
 // A thread's tables (no std:: containers in this file: kernels_avx512.h), kept for its next calls.
 struct Tables {
   int16_t* v = nullptr;
@@ -496,6 +502,10 @@ struct Tables {
   }
 };
 
+// The rows of the parts (copies of nb blocks a row) against the tokens of `a`, the groups of 128
+// rows of all parts in one pass of the threads. Each thread builds the tables of the tokens it
+// works on itself (again when its tokens change): tables built by one thread and read by another
+// crossed between the cores at every call and left two threads no faster than one.
 void run_ptq1(const Part* parts, int count, int64_t cols, const avx2::ActView& a, const int32_t* elem) {
   static uint64_t calls = 0;
   const uint64_t call = __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
@@ -535,7 +545,7 @@ void pack_ptq1(const uint8_t* w, int64_t rows, int64_t nb, uint8_t* out) {
         const uint8_t* blk = w + (r * nb + b) * int64_t(sizeof(block_ptq1_0));
         for (int byte = 0; byte < int(sizeof(block_ptq1_0)); ++byte)
           for (int n = 0; n < 5; ++n)
-            if (const int e = kPlacement.elem[byte][n]; e >= 0) trit[e] = uint8_t(digit(blk[byte], n));
+            if (const int e = kPlacement.elem[byte][n]; e >= 0) trit[e] = kDigits.d[blk[byte]][n];
         std::memcpy(&d, blk + offsetof(block_ptq1_0, d), 2);
       }
       for (int j = 0; j < kCodeWords; ++j) {
