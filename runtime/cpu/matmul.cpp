@@ -208,7 +208,7 @@ bool matmul_wide(const Tensor* const* w, float* const* y, int count, const Matri
     if (w[i]->type != type) return false;
     const std::span<const uint8_t> copy = packed ? packed[i] : std::span<const uint8_t>();
     // no copy (or not the kernel's): the stored blocks go to the AVX2 kernel
-    if (copy.empty() || copy.size() != size_t(avx512::pack_bytes(type, w[i]->ne[1], m.cols))) return false;
+    if (copy.size() != size_t(avx512::pack_bytes(type, w[i]->ne[1], m.cols))) return false;
     parts.push_back({copy.data(), w[i]->ne[1], y[i]});
   }
   const QuantAct& act = quantized(*layout, x, m.cols, n_tokens);
