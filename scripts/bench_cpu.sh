@@ -38,7 +38,7 @@ label() { case $1 in *+rc) echo "$(echo "${1%+rc}" | tr a-z A-Z) + residual kmea
 commit=$(git rev-parse --short HEAD)
 git diff --quiet HEAD -- . 2>/dev/null || commit="$commit (plus uncommitted changes)"
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
-flags=$(grep -m1 '^flags' /proc/cpuinfo | grep -o -w -E 'avx2|avx512f|avx512bw|avx512vl|avx512_vnni|avx512vbmi|gfni|fma|f16c' | sort -u | xargs)
+flags=$(grep -m1 '^flags' /proc/cpuinfo | grep -o -w -E 'avx2|avx512f|avx512bw|avx512vl|avx512_vnni|avx512_vbmi2|fma|f16c' | sort -u | xargs)
 header="commit $commit, $(date -u +%FT%TZ), $cpu ($flags), $(nproc) cores, $threads threads, reps $reps, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}"
 [ -n "${TABLE_ONLY:-}" ] && header=$(head -1 "$log" | sed 's/^# //') || echo "# $header" | tee "$log"
 

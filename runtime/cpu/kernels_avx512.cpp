@@ -1,4 +1,4 @@
-// AVX-512 kernels (F, BW, VL, VNNI, VBMI) with GFNI. This file alone is compiled with those
+// AVX-512 kernels (F, BW, VL, VNNI, VBMI2). This file alone is compiled with those
 // instructions; matmul.cpp calls it only when avx512_usable(). Like kernels_avx2.cpp it takes the
 // block layouts from blocks.h and calls no library code.
 //
@@ -46,26 +46,30 @@ constexpr int kSlab = 16;  // blocks per slab
 // ---- PTQ1_0 by table lookups ----
 //
 // The copy holds each block's 128 trits (0..2 for -1, 0, +1) as 43 codes of three, t0 + 3 t1 + 9 t2
-// for elements 3k, 3k+1, 3k+2 (the last code's third trit is a zero weight), three codes to a
-// 16-bit word (bits 0..4, 5..9, 10..14), 15 words a block (the last two slots code 13: three
-// zeros). Rows go in groups of 128, four registers of 32 rows, one row per 16-bit lane: for each
-// block, its 15 words of the group's rows (register i of word j: rows 32i..32i+31), then the 128
-// rows' fp16 scales, 4 KB in all; the copy's rows are padded to whole groups with zero weights.
+// for elements 3k, 3k+1, 3k+2 (the last code's third trit is a zero weight, so it is 0..8). Codes
+// 0..41 go three to a 16-bit word (bits 0..4, 5..9, 10..14), 14 words a block, and the last code's
+// four bits in the words' spare bit 15: bit n in word n. Rows go in groups of 128, four registers
+// of 32 rows, one row per 16-bit lane: for each block, its 14 words of the group's rows (register
+// i of word j: rows 32i..32i+31), then the 128 rows' fp16 scales, 3840 bytes in all (30 a block
+// and row against the file's 28); the copy's rows are padded to whole groups with zero weights.
 // Per call, each three activations of a block get a table of the 27 sums t0 x0 + t1 x1 + t2 x2 of
 // their int8 values (|sum| <= 381), and vpermw looks the codes of 32 rows up at once: per word
-// and register two shifts, three lookups and three adds. A block's 43 lookups sum within +-16383
-// in int16, then turn float with the scales dw * da.
+// and register two shifts, three lookups and three adds (vpermw reads an index's low five bits,
+// so bit 15 is no matter), and for the last code one shift and three vpshldw that gather it from
+// words 0..3. A block's 43 lookups sum within +-16383 in int16, then turn float with the scales
+// dw * da.
 constexpr int kGroupRows = 128;                    // rows per pass: four registers of 32
 constexpr int kCodes = (QK_PTQ1_0 + 2) / 3;        // codes per block (43)
-constexpr int kCodeWords = (kCodes + 2) / 3;       // 16-bit words per block and row (15)
-constexpr int kTables = 3 * kCodeWords;            // tables per block (45; the last two zero)
-constexpr int kZeroCode = 13;                      // three zero trits (1 + 3 + 9)
-constexpr int64_t kGroupBlockBytes = int64_t(kCodeWords) * 64 * 4 + 2 * kGroupRows;  // 4 KB
+constexpr int kCodeWords = kCodes / 3;             // 16-bit words per block and row (14)
+constexpr int kLastCodeBits = 4;                   // the last code's bits, in words 0..3
+constexpr int64_t kGroupBlockBytes = int64_t(kCodeWords) * 64 * 4 + 2 * kGroupRows;  // 3840
 constexpr int64_t kTableBytes = 64;                // 27 int16 sums, five zeros
-// Weight bytes of a tile for several tokens: each tile reads every token's tables (46 KB a token at
+// Weight bytes of a tile for several tokens: each tile reads every token's tables (44 KB a token at
 // 2048 columns) again, so tiles are as large as L2 allows beside four tokens' tables.
 constexpr int64_t kLookupTileBytes = int64_t(512) << 10;
 static_assert(sizeof(block_ptq1_0) == 28 && QK_PTQ1_0 == 128, "the copy follows the block's 128 trits");
+static_assert(kCodes == 3 * kCodeWords + 1 && 8 < (1 << kLastCodeBits) && kLastCodeBits <= kCodeWords,
+              "the last code, two trits, fits the words' spare bits");
 
 // The element of a block that byte j of the block's codes carries as digit n, or -1 (qh's fifth
 // digit): formats' placement (for_each_trit).
@@ -424,18 +428,18 @@ constexpr Digits make_digits() {
 constexpr Digits kDigits = make_digits();
 
 // The tables of token rows of quantized activations (elem: position -> element within a block):
-// per token and block kTables of them, table k from elements 3k..3k+2 (zero past the block).
+// per token and block kCodes of them, table k from elements 3k..3k+2 (zero past the block).
 void build_tables(const int32_t* elem, const int8_t* q, int64_t cols, int64_t n_tokens, int16_t* tabs) {
-  int pos[3 * kTables];  // element -> position, -1 past the block
+  int pos[3 * kCodes];  // element -> position, -1 past the block
   for (int& p : pos) p = -1;
   for (int p = 0; p < QK_PTQ1_0; ++p) pos[elem[p]] = p;
   const __m512i p0 = _mm512_load_si512(kPatterns.p[0]), p1 = _mm512_load_si512(kPatterns.p[1]),
                 p2 = _mm512_load_si512(kPatterns.p[2]);
   for (int64_t b = 0; b < n_tokens * (cols / QK_PTQ1_0); ++b) {
     const int8_t* x = q + b * QK_PTQ1_0;
-    int16_t* t = tabs + b * kTables * 32;
+    int16_t* t = tabs + b * kCodes * 32;
     auto at = [&](int e) { return _mm512_set1_epi16(int16_t(pos[e] < 0 ? 0 : x[pos[e]])); };
-    for (int k = 0; k < kTables; ++k) {
+    for (int k = 0; k < kCodes; ++k) {
       const __m512i v = _mm512_add_epi16(_mm512_mullo_epi16(p0, at(3 * k)), _mm512_mullo_epi16(p1, at(3 * k + 1)));
       _mm512_store_si512(t + 32 * k, _mm512_add_epi16(v, _mm512_mullo_epi16(p2, at(3 * k + 2))));
     }
@@ -449,7 +453,7 @@ void lookup_group(const uint8_t* w, int64_t nb, const int16_t* tabs, const float
   for (__m512& a : acc) a = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wb = w + b * kGroupBlockBytes;
-    const int16_t* tb = tabs + b * kTables * 32;
+    const int16_t* tb = tabs + b * kCodes * 32;
     __m512i s[4];
     for (__m512i& v : s) v = _mm512_setzero_si512();
     // Not unrolled: unrolled, GCC put all the block's lookups before their adds and spilled them.
@@ -466,6 +470,14 @@ void lookup_group(const uint8_t* w, int64_t nb, const int16_t* tabs, const float
         s[i] = _mm512_add_epi16(s[i], _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 5), t1));
         s[i] = _mm512_add_epi16(s[i], _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 10), t2));
       }
+    }
+    // The last code: bit n from bit 15 of word n (vpshldw: (a << 1) | (b >> 15) per lane).
+    const __m512i t_last = _mm512_load_si512(tb + 32 * (kCodes - 1));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      __m512i c = _mm512_srli_epi16(_mm512_load_si512(wb + 256 * (kLastCodeBits - 1) + 64 * i), 15);
+      for (int n = kLastCodeBits - 2; n >= 0; --n) c = _mm512_shldi_epi16(c, _mm512_load_si512(wb + 256 * n + 64 * i), 1);
+      s[i] = _mm512_add_epi16(s[i], _mm512_permutexvar_epi16(c, t_last));
     }
     const uint8_t* sc = wb + 256 * kCodeWords;
 #pragma GCC unroll 4
@@ -515,7 +527,7 @@ void run_ptq1(const Part* parts, int count, int64_t cols, const avx2::ActView& a
   for_rows<kGroupRows>(total, a.n_tokens, rb, cols, [&](int64_t r, int, int64_t t0, int nt) {
     thread_local Tables tabs;
     if (tabs.call != call || tabs.t0 != t0 || tabs.nt != nt) {
-      build_tables(elem, a.q + t0 * cols, cols, nt, tabs.reserve(nt * nb * kTables));
+      build_tables(elem, a.q + t0 * cols, cols, nt, tabs.reserve(nt * nb * kCodes));
       tabs.call = call, tabs.t0 = t0, tabs.nt = nt;
     }
     const Part* part = parts;  // every part's rows are whole groups: r starts one in some part
@@ -523,7 +535,7 @@ void run_ptq1(const Part* parts, int count, int64_t cols, const avx2::ActView& a
     const int64_t valid = min64(kGroupRows, part->rows - r);
     alignas(64) float out[kGroupRows];
     for (int t = 0; t < nt; ++t) {
-      lookup_group(part->w + r * rb, nb, tabs.v + t * nb * kTables * 32, a.d + (t0 + t) * nb, out);
+      lookup_group(part->w + r * rb, nb, tabs.v + t * nb * kCodes * 32, a.d + (t0 + t) * nb, out);
       std::memcpy(part->y + (t0 + t) * part->rows + r, out, size_t(valid) * sizeof(float));
     }
   }, kLookupTileBytes);
@@ -538,7 +550,7 @@ void pack_ptq1(const uint8_t* w, int64_t rows, int64_t nb, uint8_t* out) {
     uint8_t* dst = out + (g * nb + b) * kGroupBlockBytes;
     for (int row = 0; row < kGroupRows; ++row) {
       const int64_t r = g * kGroupRows + row;
-      uint8_t trit[3 * kTables];  // 1: a zero weight
+      uint8_t trit[3 * kCodes];  // 1: a zero weight
       std::memset(trit, 1, sizeof(trit));
       uint16_t d = 0;
       if (r < rows) {
@@ -548,14 +560,13 @@ void pack_ptq1(const uint8_t* w, int64_t rows, int64_t nb, uint8_t* out) {
             if (const int e = kPlacement.elem[byte][n]; e >= 0) trit[e] = kDigits.d[blk[byte]][n];
         std::memcpy(&d, blk + offsetof(block_ptq1_0, d), 2);
       }
+      trit[QK_PTQ1_0] = 0;  // the last code's third trit, past the block (its table's activation is 0): 0..8
+      auto code = [&](int k) { return trit[3 * k] + 3 * trit[3 * k + 1] + 9 * trit[3 * k + 2]; };
       for (int j = 0; j < kCodeWords; ++j) {
-        uint16_t word = 0;
-        for (int m = 0; m < 3; ++m) {
-          const int k = 3 * j + m;
-          const int code = trit[3 * k] + 3 * trit[3 * k + 1] + 9 * trit[3 * k + 2];
-          word = uint16_t(word | (k < kCodes ? code : kZeroCode) << (5 * m));
-        }
-        std::memcpy(dst + 2 * (kGroupRows * j + row), &word, 2);  // word j, register row / 32, lane row % 32
+        int word = code(3 * j) | code(3 * j + 1) << 5 | code(3 * j + 2) << 10;
+        if (j < kLastCodeBits) word |= (code(kCodes - 1) >> j & 1) << 15;
+        const uint16_t w16 = uint16_t(word);
+        std::memcpy(dst + 2 * (kGroupRows * j + row), &w16, 2);  // word j, register row / 32, lane row % 32
       }
       std::memcpy(dst + 256 * kCodeWords + 2 * row, &d, 2);
     }

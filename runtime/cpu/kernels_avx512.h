@@ -1,5 +1,5 @@
 // The AVX-512 kernels (kernels_avx512.cpp, the only file compiled with AVX-512 F/BW/VL, VNNI and
-// VBMI, and GFNI). Call them only after avx512_usable(). As in kernels_avx2.h, the interface is plain
+// VBMI2). Call them only after avx512_usable(). As in kernels_avx2.h, the interface is plain
 // pointers and integers: no std:: template may be instantiated in that file.
 #pragma once
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include "runtime/cpu/kernels_avx2.h"
 
 namespace bonsai::cpu {
-// Whether this CPU has AVX-512 F, BW, VL, VNNI and VBMI and GFNI besides AVX2/FMA/F16C (defined in
+// Whether this CPU has AVX-512 F, BW, VL, VNNI and VBMI2 besides AVX2/FMA/F16C (defined in
 // matmul.cpp, compiled for the baseline CPU): the check before any call into avx512::.
 bool avx512_usable();
 }  // namespace bonsai::cpu
@@ -19,7 +19,7 @@ namespace bonsai::cpu::avx512 {
 // such weights (PTQ1_0, Q8_0, PQ2_0: any width of whole blocks).
 int64_t pack_bytes(TypeId type, int64_t rows, int64_t cols);
 // The weights regrouped for the kernels, pack_bytes(type, rows, cols) bytes at `out`: PTQ1_0's as
-// five-bit codes of three trits for table lookups, in groups of 128 rows (the last padded), 32 bytes
+// five-bit codes of three trits for table lookups, in groups of 128 rows (the last padded), 30 bytes
 // a block; Q8_0's and PQ2_0's by slabs of 16 blocks, scales first (Q8_0's codes made unsigned), as
 // many bytes as w, row r at w's offset of row r. The layouts are kernels_avx512.cpp's; nothing else
 // reads them.

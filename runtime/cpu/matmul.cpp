@@ -84,7 +84,7 @@ bool avx512_usable() {
     __builtin_cpu_init();
     return avx2_usable() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-           __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("gfni");
+           __builtin_cpu_supports("avx512vbmi2");
   }();
   return ok;
 }

@@ -44,7 +44,7 @@ void matmul_shared(const Tensor* const* w, float* const* y, int count, const flo
 // A copy of w in this process's memory for the kernel of the path matmul_path_taken() gives.
 // AVX-512: Q8_0's and PQ2_0's regrouped in slabs for their kernel, as many bytes as w
 // (docs/benchmarks.md, "Q8_0 in slabs"); PTQ1_0's as five-bit codes of three trits for its table
-// lookups, 32 bytes per stored 28, rows padded to groups of 128 (docs/benchmarks.md, "PTQ1_0 by
+// lookups, 30 bytes per stored 28, rows padded to groups of 128 (docs/benchmarks.md, "PTQ1_0 by
 // table lookups"). A copy is also faster to read than the file's mapping:
 // the 1.8 GB of Qwen3-1.7B in Q8_0 generated about a third faster from anonymous memory on the
 // 2-core machine (docs/benchmarks.md, "Q8_0 weights read from a copy"). AVX2: Q8_0's and PTQ1_0's
@@ -74,7 +74,7 @@ void get_rows(const Tensor& w, const int32_t* ids, int64_t n, float* out);
 
 // The kernels matmul takes, widest last: scalar (matmul_ref); avx2 (AVX2+FMA+F16C); avx512 (the
 // AVX2 kernels, except Q8_0's products and PTQ1_0's (given pack_weights' copy), which use AVX-512
-// VNNI/VBMI and GFNI: kernels_avx512.h).
+// VNNI and VBMI2: kernels_avx512.h).
 enum class MatmulPath { scalar, avx2, avx512 };
 
 // The widest path this CPU has, capped by cap_matmul_path.

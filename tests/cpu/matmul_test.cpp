@@ -233,7 +233,7 @@ TEST(CpuMatmul, TakesTheWidestPathTheCpuHas) {
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-                      __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("gfni");
+                      __builtin_cpu_supports("avx512vbmi2");
   EXPECT_STREQ(cpu::matmul_path(), avx512 ? "avx512" : avx2 ? "avx2" : "scalar");
   const cpu::MatmulPath before = cpu::cap_matmul_path(cpu::MatmulPath::avx2);
   EXPECT_STREQ(cpu::matmul_path(), avx2 ? "avx2" : "scalar");
@@ -371,7 +371,7 @@ TEST(CpuMatmul, ResultDoesNotDependOnThreadCount) {
 }
 
 // pack_weights copies exactly the weights a kernel reads from a copy. AVX-512: Q8_0's and PQ2_0's
-// regrouped (any width), as many bytes as the weight; PTQ1_0's as codes for table lookups, 32 bytes
+// regrouped (any width), as many bytes as the weight; PTQ1_0's as codes for table lookups, 30 bytes
 // a block (28 stored) in groups of 128 rows (these 5 rows padded to 128). AVX2: Q8_0's and PTQ1_0's in split
 // rows (each row's scales, then its blocks' codes; PTQ1_0's as PQ2_0 codes) that put together again
 // decode to the very same floats, 64 bytes more; none for PQ2_0. A copy that is missing or of the
@@ -387,7 +387,7 @@ TEST(CpuMatmul, KernelCopyOnlyWhereAKernelReadsOne) {
         const std::string what = path + " " + traits(id).name + " " + std::to_string(cols) + " " + kinds[encoded ? 0 : 1];
         const uint64_t split_bytes = m.t.nbytes / traits(id).block_bytes * sizeof(block_pq2_0) + 64;
         const bool split = id == TypeId::PTQ1_0 || id == TypeId::Q8_0;  // AVX2's copies
-        const uint64_t lookup_bytes = uint64_t(128 * cols / 128 * 32);  // PTQ1_0 on AVX-512
+        const uint64_t lookup_bytes = uint64_t(128 * cols / 128 * 30);  // PTQ1_0 on AVX-512
         const uint64_t copy_bytes = id == TypeId::F16 ? 0
                                     : !avx512     ? (split ? split_bytes : 0)
                                     : id == TypeId::PTQ1_0 ? lookup_bytes
