@@ -427,21 +427,22 @@ constexpr Digits make_digits() {
 }
 constexpr Digits kDigits = make_digits();
 
-// The tables of token rows of quantized activations (elem: position -> element within a block):
-// per token and block kCodes of them, table k from elements 3k..3k+2 (zero past the block).
-void build_tables(const int32_t* elem, const int8_t* q, int64_t cols, int64_t n_tokens, int16_t* tabs) {
-  int pos[3 * kCodes];  // element -> position, -1 past the block
-  for (int& p : pos) p = -1;
-  for (int p = 0; p < QK_PTQ1_0; ++p) pos[elem[p]] = p;
+// The tables of token rows of quantized activations (in element order: act_layout_avx512): per
+// token and block kCodes of them, table k from elements 3k..3k+2 (zero past the block). Each
+// block's values are widened to int16 once, so that each table broadcasts its three from memory.
+void build_tables(const int8_t* q, int64_t cols, int64_t n_tokens, int16_t* tabs) {
   const __m512i p0 = _mm512_load_si512(kPatterns.p[0]), p1 = _mm512_load_si512(kPatterns.p[1]),
                 p2 = _mm512_load_si512(kPatterns.p[2]);
+  alignas(64) int16_t x[QK_PTQ1_0 + 32] = {};  // the block's values, zeros past it
   for (int64_t b = 0; b < n_tokens * (cols / QK_PTQ1_0); ++b) {
-    const int8_t* x = q + b * QK_PTQ1_0;
+    for (int i = 0; i < QK_PTQ1_0 / 32; ++i)
+      _mm512_store_si512(x + 32 * i, _mm512_cvtepi8_epi16(_mm256_loadu_si256(
+                                         reinterpret_cast<const __m256i*>(q + b * QK_PTQ1_0 + 32 * i))));
     int16_t* t = tabs + b * kCodes * 32;
-    auto at = [&](int e) { return _mm512_set1_epi16(int16_t(pos[e] < 0 ? 0 : x[pos[e]])); };
     for (int k = 0; k < kCodes; ++k) {
-      const __m512i v = _mm512_add_epi16(_mm512_mullo_epi16(p0, at(3 * k)), _mm512_mullo_epi16(p1, at(3 * k + 1)));
-      _mm512_store_si512(t + 32 * k, _mm512_add_epi16(v, _mm512_mullo_epi16(p2, at(3 * k + 2))));
+      const __m512i v = _mm512_add_epi16(_mm512_mullo_epi16(p0, _mm512_set1_epi16(x[3 * k])),
+                                         _mm512_mullo_epi16(p1, _mm512_set1_epi16(x[3 * k + 1])));
+      _mm512_store_si512(t + 32 * k, _mm512_add_epi16(v, _mm512_mullo_epi16(p2, _mm512_set1_epi16(x[3 * k + 2]))));
     }
   }
 }
@@ -518,7 +519,7 @@ struct Tables {
 // rows of all parts in one pass of the threads. Each thread builds the tables of the tokens it
 // works on itself (again when its tokens change): tables built by one thread and read by another
 // crossed between the cores at every call and left two threads no faster than one.
-void run_ptq1(const Part* parts, int count, int64_t cols, const avx2::ActView& a, const int32_t* elem) {
+void run_ptq1(const Part* parts, int count, int64_t cols, const avx2::ActView& a) {
   static uint64_t calls = 0;
   const uint64_t call = __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
   const int64_t nb = cols / QK_PTQ1_0, rb = nb * (kGroupBlockBytes / kGroupRows);
@@ -527,7 +528,7 @@ void run_ptq1(const Part* parts, int count, int64_t cols, const avx2::ActView& a
   for_rows<kGroupRows>(total, a.n_tokens, rb, cols, [&](int64_t r, int, int64_t t0, int nt) {
     thread_local Tables tabs;
     if (tabs.call != call || tabs.t0 != t0 || tabs.nt != nt) {
-      build_tables(elem, a.q + t0 * cols, cols, nt, tabs.reserve(nt * nb * kCodes));
+      build_tables(a.q + t0 * cols, cols, nt, tabs.reserve(nt * nb * kCodes));
       tabs.call = call, tabs.t0 = t0, tabs.nt = nt;
     }
     const Part* part = parts;  // every part's rows are whole groups: r starts one in some part
@@ -618,9 +619,8 @@ int64_t scratch_bytes(TypeId type, int64_t cols, int64_t n_tokens) {
   }
 }
 
-void matmul_q8(TypeId type, const Part* parts, int count, int64_t cols, const avx2::ActView& a, const int32_t* elem,
-               int8_t* scratch) {
-  if (type == TypeId::PTQ1_0) run_ptq1(parts, count, cols, a, elem);
+void matmul_q8(TypeId type, const Part* parts, int count, int64_t cols, const avx2::ActView& a, int8_t* scratch) {
+  if (type == TypeId::PTQ1_0) run_ptq1(parts, count, cols, a);
   if (type == TypeId::Q8_0) run_q8_0(parts, count, cols, a, scratch);
   if (type == TypeId::PQ2_0) run_pq2(parts, count, cols, a, scratch);
 }

@@ -38,12 +38,11 @@ struct Part {
 };
 
 // The products of `count` weights of one type and width with the same activations `a`, quantized
-// in act_layout_avx512(type)'s order (elem: that layout's position -> element table), in one
-// pass of the threads over all their rows. The kernel first lays out what it needs from the
-// activations in the scratch (scratch_bytes, 64-byte aligned; PTQ1_0 reads none, and it may be
-// null there), then reads the weights once for up to four tokens at a time. The integer block sums are exactly those of the AVX2 kernel; only
-// float rounding differs.
-void matmul_q8(TypeId type, const Part* parts, int count, int64_t cols, const avx2::ActView& a, const int32_t* elem,
-               int8_t* scratch);
+// in act_layout_avx512(type)'s order, in one pass of the threads over all their rows. The kernel
+// first lays out what it needs from the activations in the scratch (scratch_bytes, 64-byte
+// aligned; PTQ1_0 reads none, and it may be null there), then reads the weights once for up to
+// four tokens at a time. The integer block sums are exactly those of the AVX2 kernel; only float
+// rounding differs.
+void matmul_q8(TypeId type, const Part* parts, int count, int64_t cols, const avx2::ActView& a, int8_t* scratch);
 
 }  // namespace bonsai::cpu::avx512

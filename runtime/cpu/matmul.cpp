@@ -219,7 +219,7 @@ bool matmul_wide(const Tensor* const* w, float* const* y, int count, const Matri
   thread_local std::vector<Line> reordered;
   reordered.resize(size_t((scratch + 63) / 64));
   auto* s = reinterpret_cast<int8_t*>(reordered.data());  // none for PTQ1_0 (its tables are each thread's)
-  avx512::matmul_q8(type, parts.data(), count, m.cols, view_of(act), act.elem.data(), s);
+  avx512::matmul_q8(type, parts.data(), count, m.cols, view_of(act), s);
   return true;
 #else
   (void)w, (void)y, (void)count, (void)m, (void)x, (void)n_tokens, (void)packed;
