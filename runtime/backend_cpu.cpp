@@ -202,9 +202,9 @@ class CpuBackend final : public Backend {
   // made on first use: as many bytes as the indices, which a token then reads instead.
   Cache<std::vector<uint8_t>> packed_;
   // Each weight's copy for its kernel (cpu::pack_weights; empty for most types), made on first use:
-  // on the AVX-512 path PTQ1_0's codes for table lookups (30 bytes per 28), Q8_0's and PQ2_0's slabs,
-  // on the AVX2 path PTQ1_0's blocks as PQ2_0 (34 bytes per 28), read instead of the file's bytes from then on; the
-  // file's pages are released meanwhile (MappedFile::release).
+  // on the AVX-512 path PTQ1_0's codes for table lookups (30 bytes per 28), Q8_0's and PQ2_0's
+  // slabs, on the AVX2 path PTQ1_0's blocks as PQ2_0 (34 bytes per 28), read instead of the file's
+  // bytes from then on; the file's pages are released meanwhile (MappedFile::release).
   Cache<std::span<const uint8_t>> copies_;
 };
 

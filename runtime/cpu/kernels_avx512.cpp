@@ -477,7 +477,8 @@ void lookup_group(const uint8_t* w, int64_t nb, const int16_t* tabs, const float
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {
       __m512i c = _mm512_srli_epi16(_mm512_load_si512(wb + 256 * (kLastCodeBits - 1) + 64 * i), 15);
-      for (int n = kLastCodeBits - 2; n >= 0; --n) c = _mm512_shldi_epi16(c, _mm512_load_si512(wb + 256 * n + 64 * i), 1);
+      for (int n = kLastCodeBits - 2; n >= 0; --n)
+        c = _mm512_shldi_epi16(c, _mm512_load_si512(wb + 256 * n + 64 * i), 1);
       s[i] = _mm512_add_epi16(s[i], _mm512_permutexvar_epi16(c, t_last));
     }
     const uint8_t* sc = wb + 256 * kCodeWords;

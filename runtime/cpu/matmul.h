@@ -45,17 +45,17 @@ void matmul_shared(const Tensor* const* w, float* const* y, int count, const flo
 // AVX-512: Q8_0's and PQ2_0's regrouped in slabs for their kernel, as many bytes as w
 // (docs/benchmarks.md, "Q8_0 in slabs"); PTQ1_0's as five-bit codes of three trits for its table
 // lookups, 30 bytes per stored 28, rows padded to groups of 128 (docs/benchmarks.md, "PTQ1_0 by
-// table lookups"). A copy is also faster to read than the file's mapping:
-// the 1.8 GB of Qwen3-1.7B in Q8_0 generated about a third faster from anonymous memory on the
-// 2-core machine (docs/benchmarks.md, "Q8_0 weights read from a copy"). AVX2: Q8_0's and PTQ1_0's
-// rows split, each row's block scales first, then its blocks' codes (avx2::split_rows; 64 bytes
-// more than the rows), so that the kernel takes eight
-// scales with one load (docs/benchmarks.md, "Split rows on AVX2"); PTQ1_0's as PQ2_0 blocks of the same
-// values (34 bytes per 28), which the 2-bit kernel multiplies in about half the time the base-3
-// digits take to unpack (docs/benchmarks.md, "PTQ1_0 read as 2-bit codes on AVX2"): a token reads
-// 21% more bytes of those weights, and is still faster where, as on the 2-core Zen 3 machine, the
-// base-3 kernel is bound by its arithmetic, not by memory. Empty for other types and paths. The
-// bytes are `pages`' (huge pages: huge_pages.h) and live as long as it.
+// table lookups"). A copy is also faster to read than the file's mapping: the 1.8 GB of
+// Qwen3-1.7B in Q8_0 generated about a third faster from anonymous memory on the 2-core machine
+// (docs/benchmarks.md, "Q8_0 weights read from a copy"). AVX2: Q8_0's and PTQ1_0's rows split,
+// each row's block scales first, then its blocks' codes (avx2::split_rows; 64 bytes more than the
+// rows), so that the kernel takes eight scales with one load (docs/benchmarks.md, "Split rows on
+// AVX2"); PTQ1_0's as PQ2_0 blocks of the same values (34 bytes per 28), which the 2-bit kernel
+// multiplies in about half the time the base-3 digits take to unpack (docs/benchmarks.md, "PTQ1_0
+// read as 2-bit codes on AVX2"): a token reads 21% more bytes of those weights, and is still
+// faster where, as on the 2-core Zen 3 machine, the base-3 kernel is bound by its arithmetic, not
+// by memory. Empty for other types and paths. The bytes are `pages`' (huge pages: huge_pages.h)
+// and live as long as it.
 std::span<const uint8_t> pack_weights(const Tensor& w, HugePageArena& pages);
 
 // The bytes of w a product reads with `packed` its pack_weights copy: the copy's (less the 64
