@@ -65,8 +65,8 @@ constexpr int kLastCodeBits = 4;                   // the last code's bits, in w
 constexpr int64_t kGroupBlockBytes = int64_t(kCodeWords) * 64 * 4 + 2 * kGroupRows;  // 3840
 constexpr int64_t kTableBytes = 64;                // 27 int16 sums, five zeros
 // How far ahead a lone token's group asks for its weights (each line for the one this far on):
-// twice the slab kernels' kPrefetchBytes. One core eats this copy at up to ~55 GB/s from L3 (~87
-// from L1), so 4 KB was ~75 ns ahead, less than a trip to memory; at 8 KB generation ran 7% faster
+// twice the slab kernels' kPrefetchBytes. One core eats this copy at 51-66 GB/s from cache, so 4 KB
+// was ~75 ns ahead, less than a trip to memory; at 8 KB generation ran 7% faster
 // (docs/benchmarks.md, "PTQ1_0's lookups prefetch 8 KB ahead").
 constexpr int64_t kLookupPrefetchBytes = 2 * tiles::kPrefetchBytes;
 // Weight bytes of a tile for several tokens: each tile reads every token's tables (44 KB a token at
