@@ -6,8 +6,13 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/cpu/matmul.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/cpu/parallel.h"
+
+#if BONSAI_CPU_AVX2
+#include "runtime/cpu/kernels_avx512.h"
+#endif
 
 namespace bonsai::cpu {
 namespace {
@@ -51,6 +56,10 @@ void attention(const float* q, const float* k_cache, const float* v_cache, int64
   if (n >= kGemmTokens)
     return attention_gemm(q, k_cache, v_cache, n, pos0, n_head, n_head_kv, head_dim, ctx, scale, out);
   const int64_t group = n_head / n_head_kv, stride = ctx * head_dim;  // from one cache head to the next
+  auto* kernel = &attend;  // ops.h's loops, or AVX-512's where the path (matmul.h) and the head size allow
+#if BONSAI_CPU_AVX2
+  if (matmul_path_taken() == MatmulPath::avx512 && avx512::attend_takes(head_dim)) kernel = &avx512::attend;
+#endif
   // Both threads from the first position on: in a decode step the cache comes from memory (the
   // weights streamed since evicted it), and a lone thread below 32 positions made tg128 1-2%
   // slower than two (docs/benchmarks.md).
@@ -58,7 +67,7 @@ void attention(const float* q, const float* k_cache, const float* v_cache, int64
   parallel_dynamic(n * n_head_kv, true, [&](int64_t th) {
     const int64_t t = th / n_head_kv, h = th % n_head_kv;
     score.resize(size_t(group * (pos0 + t + 1)));
-    attend(q + (t * n_head + h * group) * head_dim, group, k_cache + h * stride, v_cache + h * stride, pos0 + t + 1,
+    kernel(q + (t * n_head + h * group) * head_dim, group, k_cache + h * stride, v_cache + h * stride, pos0 + t + 1,
            head_dim, scale, score.data(), out + (t * n_head + h * group) * head_dim);
   });
 }

@@ -74,7 +74,8 @@ void get_rows(const Tensor& w, const int32_t* ids, int64_t n, float* out);
 
 // The kernels matmul takes, widest last: scalar (matmul_ref); avx2 (AVX2+FMA+F16C); avx512 (the
 // AVX2 kernels, except Q8_0's products and PTQ1_0's (given pack_weights' copy), which use AVX-512
-// VNNI and VBMI2: kernels_avx512.h).
+// VNNI and VBMI2: kernels_avx512.h). Decode attention (attention.h) follows it too: AVX-512's
+// attend on the avx512 path, ops.h's loops below it.
 enum class MatmulPath { scalar, avx2, avx512 };
 
 // The widest path this CPU has, capped by cap_matmul_path.

@@ -23,7 +23,11 @@ BONSAI_CPU_CLONES void rmsnorm(const float* x, const float* w, int64_t n, float 
 
 BONSAI_CPU_CLONES void softmax(float* x, int64_t n) {
   if (n <= 0) return;
-  const float mx = *std::max_element(x, x + n);
+  // A vector max: std::max_element compiled to a scalar loop through a stack slot, ~80% of a
+  // decode step's softmax (perf, 64 positions).
+  float mx = x[0];
+#pragma omp simd reduction(max : mx)
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
   BONSAI_EXPF_LOOP
   for (int64_t i = 0; i < n; ++i) x[i] = expf(x[i] - mx);
   double sum = 0.0;
@@ -36,10 +40,6 @@ BONSAI_CPU_CLONES void softmax(float* x, int64_t n) {
 
 namespace {
 
-// Cached rows ahead of the four being read that attend asks for: on the 2-core Zen 5 the hardware
-// prefetchers alone left long-context generation at 47 t/s, with these 54-59 (docs/benchmarks.md,
-// "Decode attention by cache head").
-constexpr int64_t kAhead = 16;
 // Asks for the n floats at p (their cache lines) ahead of use; past a cache's end it reads a few
 // KB of its arena in vain, and a prefetch cannot fault.
 inline void ahead(const float* p, int64_t n) {
@@ -50,17 +50,17 @@ inline void ahead(const float* p, int64_t n) {
 
 BONSAI_CPU_CLONES void attend(const float* q, int64_t g, const float* k, const float* v, int64_t seen,
                               int64_t head_dim, float scale, float* score, float* out) {
-  // The first kAhead rows of K and V are asked for at once: the loops below ask only for rows
-  // kAhead on, and in a decode step both come from memory (~8% less attention time at ctx ~64,
+  // The first kAttendAhead rows of K and V are asked for at once: the loops below ask only for rows
+  // kAttendAhead on, and in a decode step both come from memory (~8% less attention time at ctx ~64,
   // docs/benchmarks.md, "Decode attention asks for its first rows").
   const int64_t d = head_dim;
-  ahead(k, std::min(seen, kAhead) * d);
-  ahead(v, std::min(seen, kAhead) * d);
+  ahead(k, std::min(seen, kAttendAhead) * d);
+  ahead(v, std::min(seen, kAttendAhead) * d);
   // Four cached rows per pass, so that each head keeps four sums in flight; then one at a time.
   int64_t j = 0;
   for (; j + 4 <= seen; j += 4) {
     const float* kj = k + j * d;
-    ahead(kj + kAhead * d, 4 * d);
+    ahead(kj + kAttendAhead * d, 4 * d);
     for (int64_t h = 0; h < g; ++h) {
       const float* qh = q + h * d;
       float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
@@ -87,7 +87,7 @@ BONSAI_CPU_CLONES void attend(const float* q, int64_t g, const float* k, const f
   std::fill(out, out + g * d, 0.0f);
   for (j = 0; j + 4 <= seen; j += 4) {
     const float* vj = v + j * d;
-    ahead(vj + kAhead * d, 4 * d);
+    ahead(vj + kAttendAhead * d, 4 * d);
     for (int64_t h = 0; h < g; ++h) {
       const float* p = score + h * seen + j;
       float* oh = out + h * d;

@@ -18,6 +18,11 @@ void softmax(float* x, int64_t n);
 // scale * k_j . q, softmax over j, out = sum_j score[j] * v_j (out: g rows of head_dim). score
 // holds g * seen floats of scratch. The g heads read each cached row once, four rows at a time:
 // in a decode step this reading, not the arithmetic, is the work.
+// attend asks for the cached rows this many rows ahead of those it reads (and for the first this
+// many at once): in a decode step the cache comes from memory, and on the 2-core Zen 5 the
+// hardware prefetchers alone left long-context generation at 47 t/s, with these 54-59
+// (docs/benchmarks.md, "Decode attention by cache head"). kernels_avx512.h's attend does the same.
+constexpr int64_t kAttendAhead = 16;
 void attend(const float* q, int64_t g, const float* k, const float* v, int64_t seen, int64_t head_dim, float scale,
             float* score, float* out);
 

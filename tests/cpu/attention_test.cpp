@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/cpu/attention.h"
+#include "runtime/cpu/matmul.h"
 
 using namespace bonsai;
 
@@ -61,6 +62,37 @@ TEST(CpuAttention, MatchesFormulaForDecodeAndPromptSizes) {
       for (size_t i = 0; i < out.size(); ++i)
         ASSERT_NEAR(out[i], want[i], 2e-5 + 2e-5 * std::fabs(want[i])) << "n " << n << " pos0 " << pos0 << " at " << i;
     }
+}
+
+// Decode steps on the AVX-512 path (kernels_avx512.h's attend: scores four cached rows at a time,
+// each head's output in registers) and on the path below it (ops.h's loops), against the formula,
+// for head sizes of 1 to 16 registers, groups that fill its blocks of heads and leave partial ones,
+// and spans that end in partial groups of four rows.
+TEST(CpuAttention, DecodeOnEachPathMatchesFormula) {
+  if (cpu::matmul_path_taken() != cpu::MatmulPath::avx512) GTEST_SKIP() << "no AVX-512 path on this CPU";
+  struct Restore {
+    cpu::MatmulPath cap;
+    ~Restore() { cpu::cap_matmul_path(cap); }
+  } restore{cpu::cap_matmul_path(cpu::MatmulPath::avx512)};
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t hd : {16, 48, 64, 80, 128, 192, 256})
+    for (int64_t group : {1, 2, 3, 5})
+      for (int64_t seen : {1, 3, 4, 6, 17, 301}) {
+        const int64_t n_head_kv = 2, n_head = group * n_head_kv, ctx = seen + 2, pos0 = seen - 1;
+        std::vector<float> q(size_t(n_head * hd)), k(size_t(n_head_kv * ctx * hd)), v(k.size());
+        for (auto* a : {&q, &k, &v})
+          for (float& e : *a) e = nd(rng);
+        const auto want = reference(q, k, v, 1, pos0, n_head, n_head_kv, hd, ctx);
+        for (cpu::MatmulPath path : {cpu::MatmulPath::avx512, cpu::MatmulPath::avx2}) {
+          cpu::cap_matmul_path(path);
+          std::vector<float> out(q.size());
+          cpu::attention(q.data(), k.data(), v.data(), 1, pos0, n_head, n_head_kv, hd, ctx, out.data());
+          for (size_t i = 0; i < out.size(); ++i)
+            ASSERT_NEAR(out[i], want[i], 2e-5 + 2e-5 * std::fabs(want[i]))
+                << "path " << int(path) << " head_dim " << hd << " group " << group << " seen " << seen << " at " << i;
+        }
+      }
 }
 
 // Each (head, chunk) of a prompt, and each (token, key/value head) of a few tokens, is one
