@@ -597,10 +597,11 @@ void pack_scales_first_row(const uint8_t* src, int64_t nb, uint8_t* out) {
 
 // ---- Decode attention (ops.h attend's contract) ----
 //
-// ops.h's plain loops spent most of a decode step's attention on other things than reading the
+// ops.h's plain loops spent a decode step's attention on arithmetic more than on reading the
 // cache: four horizontal sums per four rows, and the output rows loaded and stored again for every
-// four cache rows (with the cache in L3 they read it at ~20 GB/s a core). Here each group of
-// four rows' scores is one reduce4, and a head's output stays in registers across all its rows.
+// four cache rows. Here each group of four rows' scores is one reduce4, and a head's output stays
+// in registers across all its rows: half the time of the loops with the cache warm
+// (docs/benchmarks.md, "Decode attention on AVX-512").
 
 // Asks for the NR lines of a cached row (NR registers of floats) at p.
 template <int NR>

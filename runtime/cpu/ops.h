@@ -13,16 +13,19 @@ void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y);
 // positions) become 0; n must be > 0 with at least one finite entry for a meaningful result.
 void softmax(float* x, int64_t n);
 
-// Attention of g query heads (q: g rows of head_dim floats) that share one key/value head over
-// its `seen` cached positions (k, v: seen contiguous rows of head_dim): for each head, score[j] =
-// scale * k_j . q, softmax over j, out = sum_j score[j] * v_j (out: g rows of head_dim). score
-// holds g * seen floats of scratch. The g heads read each cached row once, four rows at a time:
-// in a decode step this reading, not the arithmetic, is the work.
 // attend asks for the cached rows this many rows ahead of those it reads (and for the first this
 // many at once): in a decode step the cache comes from memory, and on the 2-core Zen 5 the
 // hardware prefetchers alone left long-context generation at 47 t/s, with these 54-59
 // (docs/benchmarks.md, "Decode attention by cache head"). kernels_avx512.h's attend does the same.
 constexpr int64_t kAttendAhead = 16;
+
+// Attention of g query heads (q: g rows of head_dim floats) that share one key/value head over
+// its `seen` cached positions (k, v: seen contiguous rows of head_dim): for each head, score[j] =
+// scale * k_j . q, softmax over j, out = sum_j score[j] * v_j (out: g rows of head_dim). score
+// holds g * seen floats of scratch. The g heads read each cached row once, four rows at a time.
+// These plain loops are bound by their arithmetic, not by the cache they read (horizontal sums,
+// output rows reloaded): on the avx512 path attention.cpp takes kernels_avx512.h's attend instead
+// (docs/benchmarks.md, "Decode attention on AVX-512").
 void attend(const float* q, int64_t g, const float* k, const float* v, int64_t seen, int64_t head_dim, float scale,
             float* score, float* out);
 
