@@ -45,7 +45,6 @@ struct Part {
 // rounding differs.
 void matmul_q8(TypeId type, const Part* parts, int count, int64_t cols, const avx2::ActView& a, int8_t* scratch);
 
-
 // ops.h attend (decode attention of g query heads over one cache head) with the scores four rows
 // at a time and each head's output in registers, for the head sizes attend_takes: multiples of 16
 // floats (1 to 8, 12 or 16 registers). Sums in another order than ops.h's loops: the same to
@@ -53,4 +52,5 @@ void matmul_q8(TypeId type, const Part* parts, int count, int64_t cols, const av
 bool attend_takes(int64_t head_dim);
 void attend(const float* q, int64_t g, const float* k, const float* v, int64_t seen, int64_t head_dim, float scale,
             float* score, float* out);
+
 }  // namespace bonsai::cpu::avx512

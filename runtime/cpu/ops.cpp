@@ -23,8 +23,8 @@ BONSAI_CPU_CLONES void rmsnorm(const float* x, const float* w, int64_t n, float 
 
 BONSAI_CPU_CLONES void softmax(float* x, int64_t n) {
   if (n <= 0) return;
-  // A vector max: std::max_element compiled to a scalar loop through a stack slot, ~80% of a
-  // decode step's softmax (perf, 64 positions).
+  // A vector max: std::max_element compiled to a scalar loop through a stack slot, which took most
+  // of a decode step's softmax (docs/benchmarks.md, "Decode attention on AVX-512").
   float mx = x[0];
 #pragma omp simd reduction(max : mx)
   for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
