@@ -242,9 +242,10 @@ TEST(CpuMatmul, TakesTheWidestPathTheCpuHas) {
 
 // Every type x cols {256, 512, 768, 2048} (float types also 37, 100; 32-element blocks also 160;
 // PTQ1_0 also 2560)
-// x rows {1, 5, 67} x tokens {1, 3, 17}: rows 67 split unevenly over threads, 17 tokens leave a
-// partial group of 4, and the large shapes take the threaded, tiled path while the small ones run
-// on one thread.
+// x rows {1, 5, 67, 300} x tokens {1, 3, 17}: rows 67 split unevenly over threads, 300 rows fill
+// two of the AVX-512 PTQ1_0 kernel's groups of 128 and part of a third, 17 tokens leave a partial
+// group of 4, and the large shapes take the threaded, tiled path while the small ones run on one
+// thread.
 TEST(CpuMatmul, FastPathMatchesReferenceForEveryType) {
   on_each_path([](const std::string& path) {
     std::mt19937 rng(7);
@@ -256,7 +257,7 @@ TEST(CpuMatmul, FastPathMatchesReferenceForEveryType) {
         if (tt.block_elems == 32) widths.push_back(160);  // AVX-512 Q8_0: a partial slab of 5 blocks alone
         if (tt.id == TypeId::PTQ1_0) widths.push_back(2560);  // AVX-512: a slab of 16 blocks and one of 4
         for (int64_t cols : widths)
-          for (int64_t rows : {1, 5, 67}) {
+          for (int64_t rows : {1, 5, 67, 300}) {
             const Weights m = make_weights(tt.id, rows, cols, raw, rng);
             for (int64_t n : {1, 3, 17}) {
               const auto x = random_x(cols * n, rng);
@@ -442,8 +443,9 @@ TEST(CpuMatmul, Q8CopyIsWhatTheKernelReads) {
 }
 
 // matmul_shared gives each weight exactly what its own matmul call gives (the same quantized
-// activations, the same kernels), bit for bit: weights of 5, 67 and 3 rows (steps of rows cross
-// from one to the next), one token and prompt sizes, on every path. Widths that differ are an
+// activations, the same kernels), bit for bit: weights of 5, 300 and 3 rows (steps of rows cross
+// from one to the next; the second is three of the AVX-512 PTQ1_0 kernel's groups of 128 rows),
+// one token and prompt sizes, on every path. Widths that differ are an
 // error naming the weight.
 TEST(CpuMatmul, SharedInputProductsMatchSeparateCalls) {
   on_each_path([](const std::string& path) {
@@ -451,7 +453,7 @@ TEST(CpuMatmul, SharedInputProductsMatchSeparateCalls) {
     for (TypeId id : {TypeId::PTQ1_0, TypeId::Q8_0, TypeId::TQ1_0, TypeId::F16}) {
       const int64_t cols = 512;
       std::vector<Weights> ws;
-      for (int64_t rows : {5, 67, 3}) ws.push_back(make_weights(id, rows, cols, true, rng));
+      for (int64_t rows : {5, 300, 3}) ws.push_back(make_weights(id, rows, cols, true, rng));
       cpu::HugePageArena pages;
       std::vector<std::span<const uint8_t>> packs;
       for (const Weights& w : ws) packs.push_back(cpu::pack_weights(w.t, pages));
