@@ -7,23 +7,30 @@
 #include "runtime/cpu/parallel.h"
 
 #if BONSAI_CPU_AVX2
-#include "runtime/cpu/kernels_avx2.h"
+#include "runtime/cpu/kernels_avx512.h"
 #endif
 
 namespace bonsai::cpu {
 namespace {
 
-// The sum of p[0..n). A plain loop compiled for the baseline CPU is bound by its adds, not by
+// The sum of p[0..n), each line asked for `ahead` bytes early when ahead > 0, with the widest
+// loads this CPU has. A plain loop compiled for the baseline CPU is bound by its adds, not by
 // memory: the kernels it judged read faster than it (docs/benchmarks.md, "The roofline changed"),
 // and a yardstick that the kernels it judges can beat is no roofline.
-uint64_t read_sum(const uint64_t* p, int64_t n) {
+uint64_t read_sum(const uint64_t* p, int64_t n, int64_t ahead) {
 #if BONSAI_CPU_AVX2
-  if (avx2_usable()) return avx2::read_sum(p, n);
+  if (avx512_usable()) return avx512::read_sum(p, n, ahead);
+  if (avx2_usable()) return avx2::read_sum(p, n, ahead);
 #endif
   uint64_t total = 0;
   for (int64_t i = 0; i < n; ++i) total += p[i];
   return total;
 }
+
+// The probe's passes alternate between no software prefetch and this distance: which of the two
+// reads faster depends on the machine (docs/benchmarks.md, "The probe's read loop on Intel"), and
+// the yardstick is the faster.
+constexpr int64_t kProbeAhead = 8192;
 
 }  // namespace
 
@@ -40,12 +47,14 @@ ReadProbe::ReadProbe(size_t bytes)
 double ReadProbe::measure_gbs(int runs, double warm_s) {
   using clock = std::chrono::steady_clock;
   uint64_t sink = 0;
+  int passes = 0;
   auto pass = [&] {  // seconds of one pass of all threads over the buffer
+    const int64_t ahead = passes++ % 2 ? kProbeAhead : 0;
     const auto t0 = clock::now();
     uint64_t total = 0;
     team::run([&](int thread, int threads) {
       const team::Part p = team::part(n_, thread, threads);
-      __atomic_fetch_add(&total, read_sum(buf_ + p.begin, p.end - p.begin), __ATOMIC_RELAXED);
+      __atomic_fetch_add(&total, read_sum(buf_ + p.begin, p.end - p.begin, ahead), __ATOMIC_RELAXED);
     });
     sink += total;
     return std::chrono::duration<double>(clock::now() - t0).count();

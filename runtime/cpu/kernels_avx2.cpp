@@ -665,11 +665,16 @@ bool split_rows(TypeId type, const uint8_t* src, int64_t rows, int64_t cols, uin
   return true;
 }
 
-uint64_t read_sum(const uint64_t* p, int64_t n) {
+uint64_t read_sum(const uint64_t* p, int64_t n, int64_t ahead) {
   __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
+  for (; i + 16 <= n; i += 16) {
+    if (ahead > 0) {  // prefetches do not fault past the end
+      _mm_prefetch(reinterpret_cast<const char*>(p + i) + ahead, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + i) + ahead + 64, _MM_HINT_T0);
+    }
     for (int u = 0; u < 4; ++u) a[u] = _mm256_add_epi64(a[u], load32(p + i + 4 * u));
+  }
   const __m256i s = _mm256_add_epi64(_mm256_add_epi64(a[0], a[1]), _mm256_add_epi64(a[2], a[3]));
   uint64_t lanes[4];
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), s);

@@ -48,9 +48,9 @@ bool float_to_f32(TypeId type, const uint8_t* src, int64_t n, float* dst);
 // false (nothing written) for other types.
 bool split_rows(TypeId type, const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst);
 
-// The 64-bit sum of n words read with 32-byte loads into four independent accumulators: the
-// bandwidth probe's read loop (bandwidth.cpp), fast enough that one core is bound by memory, not
-// by its adds.
-uint64_t read_sum(const uint64_t* p, int64_t n);
+// The 64-bit sum of n words read with 32-byte loads into four independent accumulators, each
+// 128 bytes asking for the two lines `ahead` bytes further on when ahead > 0: a read loop of the
+// bandwidth probe (bandwidth.cpp), fast enough that one core is bound by memory, not by its adds.
+uint64_t read_sum(const uint64_t* p, int64_t n, int64_t ahead);
 
 }  // namespace bonsai::cpu::avx2

@@ -743,4 +743,20 @@ void attend(const float* q, int64_t g, const float* k, const float* v, int64_t s
   attend_for(head_dim)(q, g, k, v, seen, scale, score, out);
 }
 
+uint64_t read_sum(const uint64_t* p, int64_t n, int64_t ahead) {
+  __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    if (ahead > 0) {  // prefetches do not fault past the end
+      _mm_prefetch(reinterpret_cast<const char*>(p + i) + ahead, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + i) + ahead + 64, _MM_HINT_T0);
+    }
+    a0 = _mm512_add_epi64(a0, _mm512_loadu_si512(p + i));
+    a1 = _mm512_add_epi64(a1, _mm512_loadu_si512(p + i + 8));
+  }
+  uint64_t total = uint64_t(_mm512_reduce_add_epi64(_mm512_add_epi64(a0, a1)));
+  for (; i < n; ++i) total += p[i];
+  return total;
+}
+
 }  // namespace bonsai::cpu::avx512

@@ -53,4 +53,9 @@ bool attend_takes(int64_t head_dim);
 void attend(const float* q, int64_t g, const float* k, const float* v, int64_t seen, int64_t head_dim, float scale,
             float* score, float* out);
 
+// avx2::read_sum with 64-byte loads, two accumulators: on a 2-core Intel Xeon (AVX-512) the
+// 32-byte loop read memory well below what this one does, and a probe that the kernels can match
+// or beat is no roofline (docs/benchmarks.md, "The probe's read loop on Intel").
+uint64_t read_sum(const uint64_t* p, int64_t n, int64_t ahead);
+
 }  // namespace bonsai::cpu::avx512

@@ -43,6 +43,7 @@
 #include "runtime/cpu/act_quant.h"
 #include "runtime/cpu/bandwidth.h"
 #include "runtime/cpu/kernels_avx2.h"
+#include "runtime/cpu/kernels_avx512.h"
 #include "runtime/cpu/matmul.h"
 
 using namespace bonsai;
@@ -634,16 +635,23 @@ TEST(CpuQuantizeAct, Avx2QuantizerIsBitExact) {
 #endif
 
 #if defined(__x86_64__)
-// The bandwidth probe's AVX2 read loop sums every word, tail included (n not a multiple of its
-// 16-word step), with carries across the 64-bit lanes' wrap-around as plain addition has them.
-TEST(CpuBandwidth, Avx2ReadLoopSumsEveryWord) {
+// The bandwidth probe's read loops (AVX2, and AVX-512 where the CPU has it), with and without
+// prefetch, sum every word, tail included (n not a multiple of their 16-word step), with carries
+// across the 64-bit lanes' wrap-around as plain addition has them.
+TEST(CpuBandwidth, ReadLoopsSumEveryWord) {
   if (cpu::matmul_path_taken() < cpu::MatmulPath::avx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  const bool avx512 = cpu::avx512_usable();
   std::mt19937_64 rng(3);
   for (int64_t n : {0, 1, 15, 16, 17, 1000, 4099}) {
     std::vector<uint64_t> v(static_cast<size_t>(n), 0);
     uint64_t want = 0;
     for (auto& w : v) want += (w = rng());
-    EXPECT_EQ(cpu::avx2::read_sum(v.data(), n), want) << n;
+    for (int64_t ahead : {0, 8192}) {
+      EXPECT_EQ(cpu::avx2::read_sum(v.data(), n, ahead), want) << n << " words, ahead " << ahead;
+      if (avx512) {
+        EXPECT_EQ(cpu::avx512::read_sum(v.data(), n, ahead), want) << "AVX-512: " << n << " words, ahead " << ahead;
+      }
+    }
   }
 }
 #endif
