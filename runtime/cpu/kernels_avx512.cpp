@@ -184,6 +184,11 @@ float reduce1(__m512 v) { return _mm_cvtss_f32(reduce4(v, v, v, v)); }
 // alone leaves this compute-heavy loop waiting on memory; past a run's last row the prefetches
 // read a few KB in vain, and cannot fault.
 using tiles::kPrefetchBytes;
+// The slabs also ask for each line this many times further on into L2 only (prefetch_to_l2): on
+// the 2-core Intel Xeon the decode step's Q8_0 products streamed ~6% faster from memory with
+// these second prefetches at 2, 4 or 8 times the distance (docs/benchmarks.md, "Q8_0's slabs
+// prefetch twice"); T1 alone in place of T0 was no faster.
+constexpr int64_t kL2AheadTimes = 4;
 // A T0 prefetch of p's line that stays where the code puts it, one beside each weight load: GCC
 // schedules _mm_prefetch freely and once moved a slab's 28 to its start, where they held up the
 // loads (the ternary products streamed visibly slower in bench_matmul).
@@ -252,7 +257,8 @@ struct Pq2Slabs : ScalesFirst {
 // register is decoded once for the T tokens and each activation register is loaded once for the R
 // rows. The code registers sum in C int32 chains per row and token (the sums are integers, so
 // neither C nor R changes a bit of the result), which turn float once with the 16 scales dw_i *
-// d_i. Where kAhead, each weight line asks for the line `ahead` bytes further on.
+// d_i. Where kAhead, each weight line asks for the line `ahead` bytes further on into L1 and the one
+// kL2AheadTimes * ahead further on into L2.
 // A masked load only for a last, partial slab: on Zen 5 a stream of masked loads from memory ran
 // at a third of the speed of plain ones.
 template <int R, int T, int C, bool Full, class Slabs>
@@ -282,6 +288,7 @@ void slab_dot(const Slabs& slabs, const uint8_t* row, int64_t rb, int64_t b0, in
       const __m512i b = Full ? _mm512_loadu_si512(wr + 64 * k) : _mm512_maskz_loadu_epi32(lanes, wr + 4 * m * k);
       if constexpr (Full && kAhead<R, T, Slabs>) {
         prefetch_in_place(wr + ahead + 64 * k);
+        prefetch_to_l2(wr + kL2AheadTimes * ahead + 64 * k);
         if (const uint8_t* sr = slabs.scales(row + r * rb, b0); sr && k == 0) prefetch_in_place(sr + ahead);
       }
       __m512i c[Slabs::kMaxRegs];
