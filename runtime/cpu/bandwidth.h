@@ -18,10 +18,11 @@ class ReadProbe {
  public:
   explicit ReadProbe(size_t bytes = size_t(256) << 20);
   // Read bandwidth in GB/s (1e9 bytes/s): the best of `runs` passes (alternately without and with
-  // software prefetch, bandwidth.cpp), after untimed passes for warm_s seconds. Threads that have idled read slowly at first on the 2-core Zen 5 (a VM), and a
-  // probe taken cold flatters whatever is judged against it: bench_matmul, which probed right
-  // after one thread had built the matrices, read 53-57 GB/s in minutes when `bonsai bench`'s
-  // probes (taken after its threads' own work) read 75-80 (docs/benchmarks.md, "A cold probe").
+  // software prefetch, bandwidth.cpp), after untimed passes for warm_s seconds. Threads that have
+  // idled read slowly at first on the 2-core Zen 5 (a VM), and a probe taken cold flatters whatever
+  // is judged against it: bench_matmul, which probed right after one thread had built the
+  // matrices, read 53-57 GB/s in minutes when `bonsai bench`'s probes (taken after its threads' own
+  // work) read 75-80 (docs/benchmarks.md, "A cold probe").
   double measure_gbs(int runs = 5, double warm_s = 0.05);
 
  private:
