@@ -767,7 +767,12 @@ uint64_t read_sum(const uint64_t* p, int64_t n, int64_t ahead) {
     a0 = _mm512_add_epi64(a0, _mm512_loadu_si512(p + i));
     a1 = _mm512_add_epi64(a1, _mm512_loadu_si512(p + i + 8));
   }
-  uint64_t total = uint64_t(_mm512_reduce_add_epi64(_mm512_add_epi64(a0, a1)));
+  // The lanes add as unsigned words: _mm512_reduce_add_epi64 adds signed ones, whose wrap-around
+  // is undefined (UBSan stopped on it).
+  alignas(64) uint64_t lanes[8];
+  _mm512_store_si512(lanes, _mm512_add_epi64(a0, a1));
+  uint64_t total = 0;
+  for (const uint64_t lane : lanes) total += lane;
   for (; i < n; ++i) total += p[i];
   return total;
 }
