@@ -74,13 +74,14 @@ int run(const std::vector<std::string>& args) {
              "the memory roofline (bandwidth / stored bytes per token), plus peak RSS. Where the\n"
              "kernels read a copy in another layout (on AVX2 the CPU reads PTQ1_0 as 2-bit PQ2_0\n"
              "codes, 34 bytes per 28) the bytes read are printed too; the roofline stays the stored\n"
-             "format's, the stricter yardstick. The device's read\n"
-             "bandwidth is measured just before and just after each repetition's generation, and\n"
-             "each repetition is judged against the mean of its two probes (a shared machine moves\n"
-             "both); --json lists every repetition. --profile adds a table of where a generated\n"
-             "token's time goes: each operation's milliseconds per token, share, calls per token\n"
-             "and, for products, the GB/s their weights streamed at (it reads the clock twice per\n"
-             "call; the pp and tg figures are taken with it on).\n\n"
+             "format's, the stricter yardstick. The device's read bandwidth is measured just before\n"
+             "and just after each repetition's generation, and each repetition is judged against\n"
+             "the mean of its two probes (a shared machine moves both). On the CPU a probe reads a\n"
+             "buffer four times the last-level cache (STREAM's rule; at least 256 MB), which peak\n"
+             "RSS leaves out. --json lists every repetition. --profile adds a table of where a\n"
+             "generated token's time goes: each operation's milliseconds per token, share, calls\n"
+             "per token and, for products, the GB/s their weights streamed at (it reads the clock\n"
+             "twice per call; the pp and tg figures are taken with it on).\n\n"
              "examples:\n  bonsai bench -m qwen3-1.7b-ptq1_0.gguf -t 2 --json\n"
              "  bonsai bench -m qwen3-1.7b-ptq1_0.gguf -p 1 -n 128 -r 3 --profile",
              opts, {}, vm))
@@ -103,7 +104,7 @@ int run(const std::vector<std::string>& args) {
                 {"bytes_per_token", r.bytes_per_token}, {"read_bytes_per_token", r.read_bytes_per_token},
                 {"roofline_tps", r.roofline_tps},
                 {"roofline_pct", r.roofline_pct}, {"roofline_sd", r.roofline_sd}, {"per_rep", reps},
-                {"peak_rss_bytes", r.peak_rss_bytes}};
+                {"peak_rss_bytes", r.peak_rss_bytes}, {"probe_buffer_bytes", r.probe_buffer_bytes}};
     if (bo.profile) out["profile"] = profile_json(r);
     print_json(out);
     return 0;
@@ -117,8 +118,8 @@ int run(const std::vector<std::string>& args) {
   std::printf("; measured bandwidth: %.1f GB/s (%.1f-%.1f over %zu probes); roofline: %.2f tokens/s\n", r.bandwidth_gbs, r.bandwidth_min_gbs, r.bandwidth_max_gbs,
               2 * r.reps.size(), r.roofline_tps);
   std::printf("tg at %.1f +/- %.1f%% of the bandwidth roofline (each repetition against the bandwidth measured "
-              "around it); peak RSS %.1f MB\n",
-              r.roofline_pct, r.roofline_sd, double(r.peak_rss_bytes) / 1e6);
+              "around it); peak RSS %.1f MB (without the probe's %.1f MB buffer)\n",
+              r.roofline_pct, r.roofline_sd, double(r.peak_rss_bytes) / 1e6, double(r.probe_buffer_bytes) / 1e6);
   if (bo.profile) print_profile(r);
   return 0;
 }

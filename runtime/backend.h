@@ -64,6 +64,9 @@ class Backend {
   // The memory-read bandwidth this backend's weights stream from (GB/s), measured now: the
   // roofline that generation speed is judged against.
   virtual double measure_bandwidth_gbs() = 0;
+  // Host memory that measure_bandwidth_gbs keeps resident for its next probes (the CPU's buffer,
+  // far larger than the caches): counted in the process's RSS, which bench reports without it.
+  virtual uint64_t probe_resident_bytes() const { return 0; }
   // The bytes a product with w reads from memory: w's own, unless the backend has made a copy of
   // it for its kernels in another layout (the CPU's PQ2_0 copy of PTQ1_0 on AVX2 is 34/28 of it).
   virtual uint64_t read_bytes(const Tensor& w) { return w.nbytes; }

@@ -151,6 +151,7 @@ class CpuBackend final : public Backend {
     if (!probe_) probe_ = std::make_unique<cpu::ReadProbe>();  // kept for the next probes (bandwidth.h)
     return probe_->measure_gbs();
   }
+  uint64_t probe_resident_bytes() const override { return probe_ ? probe_->bytes() : 0; }
   uint64_t read_bytes(const Tensor& w) override {
     const auto it = copies_.find({w.uid, w.data});
     return cpu::bytes_read(w, it != copies_.end() ? it->second : std::span<const uint8_t>());

@@ -57,6 +57,7 @@ class ForwardingBackend : public Backend {
   void begin_step(int64_t pos0, int64_t n) override { inner_.begin_step(pos0, n); }
   void end_step() override { inner_.end_step(); }
   double measure_bandwidth_gbs() override { return inner_.measure_bandwidth_gbs(); }
+  uint64_t probe_resident_bytes() const override { return inner_.probe_resident_bytes(); }
   uint64_t read_bytes(const Tensor& w) override { return inner_.read_bytes(w); }
 
  protected:

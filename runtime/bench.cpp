@@ -55,6 +55,9 @@ BenchResult bench(const Model& m, Backend& be, const BenchOptions& o, const std:
   r.bytes_per_token = weight_bytes_per_token(m);
   // One warm-up rep (page faults of the memory map and of the probe's buffer, thread start-up),
   // then the timed reps. Every rep, the warm-up too, probes the bandwidth around its generation.
+  // The peak RSS before the first probe: the probe's buffer (several times the last-level cache,
+  // cpu/bandwidth.h) is no part of running the model, so the result leaves it out.
+  int64_t rss_before_probe = 0;
   for (int rep = -1; rep < o.reps; ++rep) {
     BenchRep one;
     s.reset();
@@ -62,6 +65,7 @@ BenchResult bench(const Model& m, Backend& be, const BenchOptions& o, const std:
     s.eval(prompt.data(), o.n_prompt, o.n_prompt - 1, logits.data());
     one.pp_tps = double(o.n_prompt) / std::chrono::duration<double>(clock::now() - t0).count();
     s.reset();
+    if (rep < 0) rss_before_probe = peak_rss_bytes();
     one.bandwidth_before_gbs = be.measure_bandwidth_gbs();
     int32_t tok = prompt[0];
     profiler.record(o.profile && rep >= 0);  // the timed generations only
@@ -104,7 +108,9 @@ BenchResult bench(const Model& m, Backend& be, const BenchOptions& o, const std:
   r.bandwidth_min_gbs = *std::min_element(probes.begin(), probes.end());
   r.bandwidth_max_gbs = *std::max_element(probes.begin(), probes.end());
   r.roofline_tps = r.bandwidth_gbs * 1e9 / double(r.bytes_per_token);
-  r.peak_rss_bytes = peak_rss_bytes();
+  // The buffer stays resident from its probe on, so past it the peak less the buffer is the run's.
+  r.probe_buffer_bytes = int64_t(be.probe_resident_bytes());
+  r.peak_rss_bytes = std::max(rss_before_probe, peak_rss_bytes() - r.probe_buffer_bytes);
   if (o.profile) r.profile = profiler.times();
   return r;
 }

@@ -40,7 +40,8 @@ struct BenchResult {
   double roofline_tps = 0;       // bandwidth_gbs / bytes_per_token
   double roofline_pct = 0, roofline_sd = 0;  // mean and sd of the reps' roofline_pct
   std::vector<BenchRep> reps;
-  int64_t peak_rss_bytes = 0;
+  int64_t peak_rss_bytes = 0;      // the process's, less the bandwidth probe's buffer
+  int64_t probe_buffer_bytes = 0;  // Backend::probe_resident_bytes
   // With BenchOptions::profile: the backend calls of the timed generations by operation, the
   // longest first, over profiled_tokens tokens that took profiled_seconds in all.
   std::vector<OpTime> profile;

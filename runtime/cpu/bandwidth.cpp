@@ -1,5 +1,7 @@
 #include "runtime/cpu/bandwidth.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -33,6 +35,12 @@ uint64_t read_sum(const uint64_t* p, int64_t n, int64_t ahead) {
 constexpr int64_t kProbeAhead = 8192;
 
 }  // namespace
+
+size_t default_probe_bytes() {
+  long cache = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (cache <= 0) cache = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return std::max(size_t(256) << 20, 4 * size_t(std::max(cache, 0L)));
+}
 
 ReadProbe::ReadProbe(size_t bytes)
     : n_(int64_t(std::max<size_t>(bytes / sizeof(uint64_t), 1))),

@@ -30,6 +30,10 @@ TEST(BenchCli, JsonHasTheSpeedTheRooflineAndTheProfile) {
   for (const char* key : {"pp_tps", "tg_tps", "bandwidth_gbs", "bytes_per_token", "roofline_pct", "peak_rss_bytes"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_GT(j["tg_tps"].get<double>(), 0);
+  // The probe's buffer (at least 256 MB) is left out of the peak RSS: the tiny model's run is far smaller.
+  EXPECT_GE(j["probe_buffer_bytes"].get<int64_t>(), int64_t(256) << 20);
+  EXPECT_GT(j["peak_rss_bytes"].get<int64_t>(), 0);
+  EXPECT_LT(j["peak_rss_bytes"].get<int64_t>(), j["probe_buffer_bytes"].get<int64_t>());
   const auto& p = j["profile"];
   EXPECT_EQ(p["tokens"].get<int>(), 6);
   ASSERT_GE(p["ops"].size(), 3u);

@@ -24,6 +24,7 @@
 //   of |d_w * xq_k|, ~1/cols of U_r) fails it, while the sum_k |W| d_b/2 bound alone is loose.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -655,6 +656,16 @@ TEST(CpuBandwidth, ReadLoopsSumEveryWord) {
   }
 }
 #endif
+
+// STREAM's rule: a buffer of four last-level caches (here the L3 that sysconf reports) reads from
+// memory, not from the cache; 256 MB at least.
+TEST(CpuBandwidth, DefaultBufferIsFourLastLevelCaches) {
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  EXPECT_GE(cpu::default_probe_bytes(), size_t(256) << 20);
+  if (l3 > 0) {
+    EXPECT_GE(cpu::default_probe_bytes(), 4 * size_t(l3));
+  }
+}
 
 TEST(CpuBandwidth, MeasuresAPositiveFiniteRateAgainAndAgain) {
   cpu::ReadProbe probe(size_t(4) << 20);

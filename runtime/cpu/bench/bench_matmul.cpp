@@ -10,12 +10,13 @@
 // --path caps the kernels at that instruction set (the header line prints the path taken), so
 // one machine compares them.
 // Each shape (a layer's widest products, then the output matrix) is benchmarked over enough
-// distinct copies of the matrix (>= --min-mb, default 256) that the weights come from memory, not
-// from the last-level cache. --shape (repeatable) replaces those shapes: with --min-mb 0 a matrix
-// that fits in L2 (2048x1024 of PTQ1_0 is 459 KB) shows what a kernel computes per core when
-// memory is not in the way, the ceiling it could stream at. The model sweep runs the matrices of a
-// Qwen3-1.7B-sized decoder (28 layers; hidden 2048, 16+8+8 heads of 128, intermediate 6144; no
-// lm_head) as a decode step would.
+// distinct copies of the matrix (>= --min-mb, by default the bandwidth probe's buffer: four times
+// the last-level cache, at least 256 MB) that the weights come from memory, not from the cache.
+// --shape (repeatable) replaces those shapes: with --min-mb 0 a matrix that fits in L2 (2048x1024
+// of PTQ1_0 is 459 KB) shows what a kernel computes per core when memory is not in the way, the
+// ceiling it could stream at. The model sweep runs the matrices of a Qwen3-1.7B-sized decoder (28
+// layers; hidden 2048, 16+8+8 heads of 128, intermediate 6144; no lm_head) as a decode step would:
+// 308 MB in PTQ1_0, which a last-level cache as large (the Intel Xeon's L3 is 300 MB) partly holds.
 #include <omp.h>
 
 #include <algorithm>
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
   std::string types = "F32,F16,BF16,Q8_0,Q4_0,Q1_0,Q2_0,TQ1_0,TQ2_0,PQ2_0,PTQ1_0";
   std::string model_types = "PTQ1_0,Q8_0";
   int64_t n_tokens = 1;
-  double min_mb = 256;
+  double min_mb = double(cpu::default_probe_bytes()) / 1e6;
   bool model = true;
   std::vector<Shape> shapes;
   for (int i = 1; i < argc; ++i) {
@@ -184,9 +185,10 @@ int main(int argc, char** argv) {
   }
 
   std::printf("threads %d, path %s, tokens %lld\n", omp_get_max_threads(), cpu::matmul_path(), (long long)n_tokens);
-  std::printf("bw: read bandwidth (256 MB, all threads, best of 3) measured just before each row, the\n"
+  std::printf("bw: read bandwidth (%.0f MB, all threads, best of 3) measured just before each row, the\n"
               "yardstick of its %% columns (a shared machine moves both). GB/s: weight bytes / best pass;\n"
-              "call-best: weight bytes / sum of each matrix's best call.\n\n");
+              "call-best: weight bytes / sum of each matrix's best call.\n\n",
+              double(cpu::default_probe_bytes()) / 1e6);
   std::printf("%-7s %-12s %8s %7s %8s %6s %10s %6s %10s\n", "type", "cols x rows", "MB/copy", "bw", "GB/s", "% bw",
               "call-best", "% bw", "us/matmul");
   cpu::ReadProbe probe;  // one buffer for every row's probe (bandwidth.h)
