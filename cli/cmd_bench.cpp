@@ -4,6 +4,7 @@
 #include "cli/command.h"
 #include "cli/json_out.h"
 #include "runtime/bench.h"
+#include "runtime/cpu/blas_kernels.h"
 
 namespace bonsai::cli {
 namespace {
@@ -105,11 +106,14 @@ int run(const std::vector<std::string>& args) {
                 {"roofline_tps", r.roofline_tps},
                 {"roofline_pct", r.roofline_pct}, {"roofline_sd", r.roofline_sd}, {"per_rep", reps},
                 {"peak_rss_bytes", r.peak_rss_bytes}, {"probe_buffer_bytes", r.probe_buffer_bytes}};
+    if (backend->name() == "cpu") out["blas_kernels"] = cpu::blas_kernels();
     if (bo.profile) out["profile"] = profile_json(r);
     print_json(out);
     return 0;
   }
-  std::printf("model: %s (%s)\n", vm["model"].as<std::string>().c_str(), backend->name().c_str());
+  std::printf("model: %s (%s", vm["model"].as<std::string>().c_str(), backend->name().c_str());
+  if (backend->name() == "cpu") std::printf("; prompts' SGEMMs on OpenBLAS's %s kernels", cpu::blas_kernels());
+  std::printf(")\n");
   std::printf("pp%lld: %.2f +/- %.2f tokens/s\n", static_cast<long long>(bo.n_prompt), r.pp_tps, r.pp_sd);
   std::printf("tg%lld: %.2f +/- %.2f tokens/s\n", static_cast<long long>(bo.n_gen), r.tg_tps, r.tg_sd);
   std::printf("weights per token: %.1f MB stored", double(r.bytes_per_token) / 1e6);

@@ -3,6 +3,10 @@
 // refusal on a device that queues its calls.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <set>
+#include <string>
+
 #include <nlohmann/json.hpp>
 
 #include "support.h"
@@ -34,6 +38,13 @@ TEST(BenchCli, JsonHasTheSpeedTheRooflineAndTheProfile) {
   EXPECT_GE(j["probe_buffer_bytes"].get<int64_t>(), int64_t(256) << 20);
   EXPECT_GT(j["peak_rss_bytes"].get<int64_t>(), 0);
   EXPECT_LT(j["peak_rss_bytes"].get<int64_t>(), j["probe_buffer_bytes"].get<int64_t>());
+  // The prompts' SGEMMs run on OpenBLAS kernels with AVX2 or more wherever the CPU has AVX2 and FMA,
+  // also where OpenBLAS does not know the CPU's model and took SSE3 ones (runtime/cpu/blas_kernels.h).
+  const std::string kernels = j["blas_kernels"].get<std::string>();
+  if (!std::getenv("OPENBLAS_CORETYPE") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    const std::set<std::string> avx2_or_more = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"};
+    EXPECT_TRUE(avx2_or_more.count(kernels)) << kernels;
+  }
   const auto& p = j["profile"];
   EXPECT_EQ(p["tokens"].get<int>(), 6);
   ASSERT_GE(p["ops"].size(), 3u);

@@ -33,6 +33,7 @@
 
 #include "formats/types.h"
 #include "runtime/cpu/bandwidth.h"
+#include "runtime/cpu/blas_kernels.h"
 #include "runtime/cpu/matmul.h"
 
 using namespace bonsai;
@@ -137,6 +138,7 @@ std::vector<const TypeTraits*> parse_types(const std::string& list) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cpu::rerun_with_better_blas_kernels(argv);  // the float types' prompts are SGEMMs (blas_kernels.h)
   std::string types = "F32,F16,BF16,Q8_0,Q4_0,Q1_0,Q2_0,TQ1_0,TQ2_0,PQ2_0,PTQ1_0";
   std::string model_types = "PTQ1_0,Q8_0";
   int64_t n_tokens = 1;
@@ -184,7 +186,8 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("threads %d, path %s, tokens %lld\n", omp_get_max_threads(), cpu::matmul_path(), (long long)n_tokens);
+  std::printf("threads %d, path %s, tokens %lld, BLAS kernels %s\n", omp_get_max_threads(), cpu::matmul_path(),
+              (long long)n_tokens, cpu::blas_kernels());
   std::printf("bw: read bandwidth (%.0f MB, all threads, best of 3) measured just before each row, the\n"
               "yardstick of its %% columns (a shared machine moves both). GB/s: weight bytes / best pass;\n"
               "call-best: weight bytes / sum of each matrix's best call.\n\n",
