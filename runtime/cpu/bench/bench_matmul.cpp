@@ -6,6 +6,10 @@
 //
 //   bench_matmul [--threads N] [--types PTQ1_0,Q8_0,...] [--tokens N] [--min-mb MB] [--no-model]
 //                [--path scalar|avx2|avx512] [--shape COLSxROWS]...
+//   bench_matmul [--threads N] --probe-mb MB,MB,...
+//
+// --probe-mb only probes the read bandwidth with buffers of those sizes, in turn for three rounds:
+// how much faster than memory the caches read a buffer that fits in them (bandwidth.h).
 //
 // --path caps the kernels at that instruction set (the header line prints the path taken), so
 // one machine compares them.
@@ -28,6 +32,7 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -144,6 +149,7 @@ int main(int argc, char** argv) {
   int64_t n_tokens = 1;
   double min_mb = double(cpu::default_probe_bytes()) / 1e6;
   bool model = true;
+  std::vector<double> probe_mb;
   std::vector<Shape> shapes;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -159,6 +165,10 @@ int main(int argc, char** argv) {
     else if (a == "--tokens") n_tokens = std::max<int64_t>(1, std::atoll(value().c_str()));
     else if (a == "--min-mb") min_mb = std::atof(value().c_str());
     else if (a == "--no-model") model = false;
+    else if (a == "--probe-mb") {
+      std::stringstream list(value());
+      for (std::string mb; std::getline(list, mb, ',');) probe_mb.push_back(std::atof(mb.c_str()));
+    }
     else if (a == "--shape") {
       const std::string v = value();
       long long cols = 0, rows = 0;
@@ -181,11 +191,23 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench_matmul [--threads N] [--types A,B] [--tokens N] [--min-mb MB] [--no-model] "
-                   "[--path scalar|avx2|avx512] [--shape COLSxROWS]...\n");
+                   "[--path scalar|avx2|avx512] [--shape COLSxROWS]...\n"
+                   "       bench_matmul [--threads N] --probe-mb MB,MB,...\n");
       return 2;
     }
   }
 
+  if (!probe_mb.empty()) {
+    std::vector<std::unique_ptr<cpu::ReadProbe>> probes;
+    for (double mb : probe_mb) probes.push_back(std::make_unique<cpu::ReadProbe>(size_t(std::max(mb, 1.0) * 1e6)));
+    std::printf("threads %d; read bandwidth in GB/s (best of 5 passes) by buffer size\n", omp_get_max_threads());
+    for (int round = 0; round < 3; ++round) {
+      for (size_t i = 0; i < probes.size(); ++i) std::printf("%8.0f MB %6.2f", probe_mb[i], probes[i]->measure_gbs());
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+    return 0;
+  }
   std::printf("threads %d, path %s, tokens %lld, BLAS kernels %s\n", omp_get_max_threads(), cpu::matmul_path(),
               (long long)n_tokens, cpu::blas_kernels());
   std::printf("bw: read bandwidth (%.0f MB, all threads, best of 3) measured just before each row, the\n"
