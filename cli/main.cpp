@@ -8,7 +8,6 @@
 
 #include "cli/command.h"
 #include "formats/error.h"
-#include "runtime/cpu/blas_kernels.h"
 
 namespace bonsai::cli {
 
@@ -68,7 +67,6 @@ void usage(std::ostream& os) {
 
 int main(int argc, char** argv) {
   using namespace bonsai::cli;
-  bonsai::cpu::rerun_with_better_blas_kernels(argv);  // first: nothing has happened yet to repeat
   if (argc < 2) {
     usage(std::cerr);
     return 2;

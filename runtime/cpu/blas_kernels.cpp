@@ -27,12 +27,15 @@ const char* better_blas_kernels() {
 #endif
 }
 
-void rerun_with_better_blas_kernels(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE")) return;
-  const char* kernels = better_blas_kernels();
+}  // namespace bonsai::cpu
+
+// Runs before main, after the shared libraries (OpenBLAS among them) have loaded; glibc passes an
+// initializer the program's arguments. The linker keeps this object in every executable that links
+// bonsai_cpu (--undefined=bonsai_cpu_blas_kernels_rerun in runtime/cpu/CMakeLists.txt).
+extern "C" __attribute__((constructor, used)) void bonsai_cpu_blas_kernels_rerun(int, char** argv, char**) {
+  if (!argv || !argv[0] || std::getenv("OPENBLAS_CORETYPE")) return;
+  const char* kernels = bonsai::cpu::better_blas_kernels();
   if (!kernels || setenv("OPENBLAS_CORETYPE", kernels, 1) != 0) return;
   execv("/proc/self/exe", argv);
   unsetenv("OPENBLAS_CORETYPE");  // the exec failed: go on as this run is
 }
-
-}  // namespace bonsai::cpu

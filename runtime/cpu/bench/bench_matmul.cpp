@@ -143,7 +143,6 @@ std::vector<const TypeTraits*> parse_types(const std::string& list) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  cpu::rerun_with_better_blas_kernels(argv);  // the float types' prompts are SGEMMs (blas_kernels.h)
   std::string types = "F32,F16,BF16,Q8_0,Q4_0,Q1_0,Q2_0,TQ1_0,TQ2_0,PQ2_0,PTQ1_0";
   std::string model_types = "PTQ1_0,Q8_0";
   int64_t n_tokens = 1;
