@@ -10,7 +10,7 @@ namespace bonsai::cpu {
 
 // The probe's default buffer: STREAM's rule, at least four times the last-level cache (sysconf's
 // L3, else L2), and at least 256 MB. A buffer that fits in the cache is read partly from it: on a
-// 2-core Intel Xeon VM whose L3 is 300 MB, a 64 MB buffer read 49 GB/s when 256 MB read 27
+// 2-core Intel Xeon VM whose L3 is 300 MB, a 64 MB buffer read 46-50 GB/s when 256 MB read 23-26
 // (docs/benchmarks.md, "The probe's buffer at four times the L3"), and a model's weights, read
 // once per token, stream from memory.
 size_t default_probe_bytes();

@@ -7,21 +7,21 @@
 #include <cstdlib>
 #include <initializer_list>
 
+#if BONSAI_CPU_AVX2
+#include "runtime/cpu/kernels_avx512.h"
+#endif
+
 namespace bonsai::cpu {
 
 const char* blas_kernels() { return openblas_get_corename(); }
 
 const char* better_blas_kernels() {
-#if defined(__x86_64__) || defined(__i386__)
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (!avx2) return nullptr;
+#if BONSAI_CPU_AVX2
+  if (!avx2_usable()) return nullptr;
   // OpenBLAS's (0.3.21) kernel sets with AVX2 or more.
   for (const char* known : {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"})
     if (strcasecmp(blas_kernels(), known) == 0) return nullptr;
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                      __builtin_cpu_supports("avx512cd");
-  return avx512 ? "SkylakeX" : "Haswell";
+  return avx512_usable() ? "SkylakeX" : "Haswell";
 #else
   return nullptr;
 #endif

@@ -8,8 +8,9 @@ namespace bonsai::cpu {
 // OpenBLAS's name for the kernels it took as it loaded ("Haswell", "SkylakeX", ...).
 const char* blas_kernels();
 
-// The kernels to ask OpenBLAS for where it took a set without AVX2 on a CPU with AVX2 and FMA:
-// "SkylakeX" with AVX-512 (F, BW, VL, DQ, CD), else "Haswell"; nullptr where its choice stands.
+// The kernels to ask OpenBLAS for where it took a set without AVX2 on a CPU whose AVX2 path this
+// library takes (avx2_usable): "SkylakeX" where it takes the AVX-512 one too (avx512_usable), else
+// "Haswell"; nullptr where OpenBLAS's choice stands.
 // OpenBLAS picks by the CPU's model number, and runs a model it does not know on its oldest
 // x86-64 kernels: Debian 12's 0.3.21 took a 2-core Intel Xeon of model 207 for a "Prescott" (SSE3),
 // where pp512 of Qwen3-1.7B in F16 ran 3-6x slower than on "SkylakeX" (docs/benchmarks.md,

@@ -166,7 +166,16 @@ int main(int argc, char** argv) {
     else if (a == "--no-model") model = false;
     else if (a == "--probe-mb") {
       std::stringstream list(value());
-      for (std::string mb; std::getline(list, mb, ',');) probe_mb.push_back(std::atof(mb.c_str()));
+      for (std::string mb; std::getline(list, mb, ',');) {
+        char* end = nullptr;
+        const double v = std::strtod(mb.c_str(), &end);
+        if (mb.empty() || *end != '\0' || !(v >= 1)) {
+          std::fprintf(stderr, "bench_matmul: --probe-mb is a list of sizes of at least 1 MB (e.g. 64,256), not '%s'\n",
+                       mb.c_str());
+          return 2;
+        }
+        probe_mb.push_back(v);
+      }
     }
     else if (a == "--shape") {
       const std::string v = value();
@@ -198,7 +207,7 @@ int main(int argc, char** argv) {
 
   if (!probe_mb.empty()) {
     std::vector<std::unique_ptr<cpu::ReadProbe>> probes;
-    for (double mb : probe_mb) probes.push_back(std::make_unique<cpu::ReadProbe>(size_t(std::max(mb, 1.0) * 1e6)));
+    for (double mb : probe_mb) probes.push_back(std::make_unique<cpu::ReadProbe>(size_t(mb * 1e6)));
     std::printf("threads %d; read bandwidth in GB/s (best of 5 passes) by buffer size\n", omp_get_max_threads());
     for (int round = 0; round < 3; ++round) {
       for (size_t i = 0; i < probes.size(); ++i) std::printf("%8.0f MB %6.2f", probe_mb[i], probes[i]->measure_gbs());
