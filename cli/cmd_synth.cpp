@@ -1,7 +1,9 @@
 // bonsai synth: a random-weight model at real shapes, for speed measurements at scale.
 #include <cstdio>
+#include <memory>
 
 #include "cli/command.h"
+#include "cli/progress.h"
 #include "formats/error.h"
 #include "runtime/synth.h"
 
@@ -56,9 +58,10 @@ int run(const std::vector<std::string>& args) {
   for (const char* k : {"rc-dim", "rc-size", "rc-rows"})
     if (!so.residual && !vm[k].defaulted()) throw po::error(std::string("--") + k + " needs --residual kmeans");
   const std::string out = vm["out"].as<std::string>();
-  synth_model(so, out, [](size_t done, size_t total) {
-    std::fprintf(stderr, "\rsynth: %zu/%zu tensors", done, total);
-    if (done == total) std::fprintf(stderr, "\n");
+  std::unique_ptr<Progress> bar;
+  synth_model(so, out, [&](size_t done, size_t total) {
+    if (!bar) bar = std::make_unique<Progress>("synth tensors", int64_t(total));
+    bar->update(int64_t(done));
   });
   std::printf("wrote %s (synthetic %s-%s, %s%s)\n", out.c_str(), so.arch.c_str(), so.size.c_str(), traits(so.type).name,
               so.residual ? " + residual kmeans" : "");

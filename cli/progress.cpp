@@ -12,6 +12,10 @@ void Progress::update(int64_t done, const std::string& note) {
 }
 
 void Progress::update(int64_t done, double s, const std::string& note) {
+  const auto now = std::chrono::steady_clock::now();
+  if (printed_ && done < total_ && now - last_ < std::chrono::seconds(1)) return;
+  printed_ = true;
+  last_ = now;
   const double eta = done > 0 ? s / double(done) * double(total_ - done) : 0.0;
   std::fprintf(stderr, "%s: %lld/%lld, %.1f s, ETA %.1f s%s%s\n", label_.c_str(), static_cast<long long>(done),
                static_cast<long long>(total_), s, eta, note.empty() ? "" : ", ", note.c_str());

@@ -1,5 +1,7 @@
 // The one progress line every long-running command prints (stderr): done/total, elapsed time,
-// ETA from the mean time per step so far, and any note the caller adds (peak RSS, ...).
+// ETA from the mean time per step so far, and any note the caller adds (peak RSS, ...). A line a
+// step, but at most one a second (the first and the last step always print), so that a command
+// of many quick steps does not flood a log.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -19,6 +21,8 @@ class Progress {
   std::string label_;
   int64_t total_;
   std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_;  // when the last line was printed
+  bool printed_ = false;
 };
 
 // "1.23 GiB", "45.6 MiB".
