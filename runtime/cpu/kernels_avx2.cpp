@@ -240,7 +240,8 @@ struct SplitRow {
 // A lone token's row asks for its weights kPrefetchBytes ahead (row_tiles.h), one prefetch per
 // block: with the hardware prefetcher alone these loops waited on memory. On the 2-core Zen 3
 // machine Q8_0's tg rose 1.20x with it, from 65.5% to 76.1% of the roofline (docs/benchmarks.md,
-// "Software prefetch on the AVX2 path"); the float kernels, bound by their loads, did not gain.
+// "Software prefetch on the AVX2 path"); the float kernels, bound by their loads, did not gain
+// there, but on the Intel Xeon they do (dot_float).
 using tiles::kPrefetchBytes;
 
 // One weight row against T tokens' activations; out[t] for t < T. Each block is unpacked once
@@ -422,6 +423,7 @@ bool gemm_q8(const uint8_t* w, int64_t rows, int64_t cols, const ActView& a, flo
 // ---- float weights ----
 
 struct LF32 {
+  static constexpr int kBytes = 4;  // bytes a weight
   static __m256 load8(const uint8_t* row, int64_t k) {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k);
   }
@@ -432,6 +434,7 @@ struct LF32 {
   }
 };
 struct LF16 {
+  static constexpr int kBytes = 2;  // bytes a weight
   static __m256 load8(const uint8_t* row, int64_t k) { return _mm256_cvtph_ps(load16(row + 2 * k)); }
   static float at(const uint8_t* row, int64_t k) {
     uint16_t h;
@@ -440,6 +443,7 @@ struct LF16 {
   }
 };
 struct LBF16 {  // bf16 is the top half of a float32
+  static constexpr int kBytes = 2;  // bytes a weight
   static __m256 load8(const uint8_t* row, int64_t k) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load16(row + 2 * k)), 16));
   }
@@ -455,6 +459,10 @@ struct LBF16 {  // bf16 is the top half of a float32
 
 // One weight row against T tokens (x rows of `cols`). T == 1 keeps four accumulators so FMA
 // latency does not bound a lone dot product; with T tokens each token's chain is independent.
+// A lone token asks for each weight line kL2PrefetchBytes ahead, into L2: on the 2-core Intel Xeon
+// the float rows streamed from memory at half the bandwidth probe's speed without it and F16's tg
+// rose from 52-55% to 84-88% of the roofline with it (docs/benchmarks.md, "The float rows
+// prefetch into L2"); T0 at 4 KB gained a little less.
 template <class L, int T>
 void dot_float(const uint8_t* row, const float* x, int64_t cols, float* out) {
   constexpr int kAcc = T == 1 ? 4 : 1;
@@ -462,11 +470,15 @@ void dot_float(const uint8_t* row, const float* x, int64_t cols, float* out) {
   for (int t = 0; t < T; ++t)
     for (int u = 0; u < kAcc; ++u) acc[t][u] = _mm256_setzero_ps();
   int64_t k = 0;
-  for (; k + 8 * kAcc <= cols; k += 8 * kAcc)
+  for (; k + 8 * kAcc <= cols; k += 8 * kAcc) {
+    if constexpr (T == 1)
+      for (int b = 0; b < 8 * kAcc * L::kBytes; b += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(row + k * L::kBytes + b + tiles::kL2PrefetchBytes), _MM_HINT_T1);
     for (int u = 0; u < kAcc; ++u) {
       const __m256 w = L::load8(row, k + 8 * u);
       for (int t = 0; t < T; ++t) acc[t][u] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + t * cols + k + 8 * u), acc[t][u]);
     }
+  }
   for (; k + 8 <= cols; k += 8) {
     const __m256 w = L::load8(row, k);
     for (int t = 0; t < T; ++t) acc[t][0] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + t * cols + k), acc[t][0]);
@@ -526,9 +538,9 @@ void run_q8(const uint8_t* w, int64_t rows, int64_t cols, const ActView& a, floa
   });
 }
 
-template <class L, int Bytes>
+template <class L>
 void run_float(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens, float* y) {
-  const int64_t rb = cols * Bytes;
+  const int64_t rb = cols * L::kBytes;
   for_rows<2>(rows, n_tokens, rb, cols, [&](int64_t r, int nr, int64_t t0, int nt) {
     float out[2][kTokens];
     const uint8_t* row = w + r * rb;
@@ -686,9 +698,9 @@ uint64_t read_sum(const uint64_t* p, int64_t n, int64_t ahead) {
 bool matmul_float(TypeId type, const uint8_t* w, int64_t rows, int64_t cols, const float* x,
                   int64_t n_tokens, float* y) {
   switch (type) {
-    case TypeId::F32: run_float<LF32, 4>(w, rows, cols, x, n_tokens, y); return true;
-    case TypeId::F16: run_float<LF16, 2>(w, rows, cols, x, n_tokens, y); return true;
-    case TypeId::BF16: run_float<LBF16, 2>(w, rows, cols, x, n_tokens, y); return true;
+    case TypeId::F32: run_float<LF32>(w, rows, cols, x, n_tokens, y); return true;
+    case TypeId::F16: run_float<LF16>(w, rows, cols, x, n_tokens, y); return true;
+    case TypeId::BF16: run_float<LBF16>(w, rows, cols, x, n_tokens, y); return true;
     default: return false;
   }
 }

@@ -66,10 +66,11 @@ constexpr int kLastCodeBits = 4;                   // the last code's bits, in w
 constexpr int64_t kGroupBlockBytes = int64_t(kCodeWords) * 64 * 4 + 2 * kGroupRows;  // 3840
 constexpr int64_t kTableBytes = 64;                // 27 int16 sums, five zeros
 // How far ahead a lone token's group asks for its weights (each line for the one this far on), into
-// L2 only (prefetch_to_l2): twice the slab kernels' kPrefetchBytes. One core eats this copy at
-// 51-66 GB/s from cache, so 4 KB was ~75 ns ahead, less than a trip to memory; at 8 KB generation
-// ran 7% faster (docs/benchmarks.md, "PTQ1_0's lookups prefetch 8 KB ahead").
-constexpr int64_t kLookupPrefetchBytes = 2 * tiles::kPrefetchBytes;
+// L2 only (prefetch_to_l2): tiles::kL2PrefetchBytes, twice the slab kernels' kPrefetchBytes. One
+// core eats this copy at 51-66 GB/s from cache, so 4 KB was ~75 ns ahead, less than a trip to
+// memory; at 8 KB generation ran 7% faster (docs/benchmarks.md, "PTQ1_0's lookups prefetch 8 KB
+// ahead").
+using tiles::kL2PrefetchBytes;
 // Weight bytes of a tile for several tokens: each tile reads every token's tables (44 KB a token at
 // 2048 columns) again, so tiles are as large as L2 allows beside four tokens' tables.
 constexpr int64_t kLookupTileBytes = int64_t(512) << 10;
@@ -466,7 +467,7 @@ void build_tables(const int8_t* q, int64_t cols, int64_t n_tokens, int16_t* tabs
 }
 
 // One group of 128 rows of the copy (w, nb blocks) against one token's tables and block scales
-// da: out[i] for row i of the group. Each weight line asks for the one kLookupPrefetchBytes further on,
+// da: out[i] for row i of the group. Each weight line asks for the one kL2PrefetchBytes further on,
 // into L2.
 void lookup_group(const uint8_t* w, int64_t nb, const int16_t* tabs, const float* da, float* out) {
   __m512 acc[8];
@@ -484,7 +485,7 @@ void lookup_group(const uint8_t* w, int64_t nb, const int16_t* tabs, const float
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) {
         const uint8_t* line = wb + 256 * j + 64 * i;
-        prefetch_to_l2(line + kLookupPrefetchBytes);
+        prefetch_to_l2(line + kL2PrefetchBytes);
         const __m512i c = _mm512_load_si512(line);
         s[i] = _mm512_add_epi16(s[i], _mm512_permutexvar_epi16(c, t0));
         s[i] = _mm512_add_epi16(s[i], _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 5), t1));
@@ -502,7 +503,7 @@ void lookup_group(const uint8_t* w, int64_t nb, const int16_t* tabs, const float
     }
     const uint8_t* sc = wb + 256 * kCodeWords;
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) prefetch_to_l2(sc + 64 * i + kLookupPrefetchBytes);
+    for (int i = 0; i < 4; ++i) prefetch_to_l2(sc + 64 * i + kL2PrefetchBytes);
     const __m512 d = _mm512_set1_ps(da[b]);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {

@@ -15,10 +15,12 @@ constexpr int64_t kTileBytes = int64_t(128) << 10;
 constexpr int kTokens = 4;
 // How far ahead a lone token's rows ask for their weights (software prefetch, in both kernel
 // files): it must cover the memory's latency at the rate one core eats weights (kernels_avx512.cpp
-// and kernels_avx2.cpp say what it gained on each machine; PTQ1_0's AVX-512 lookups, which eat
-// weights faster, ask twice as far: kLookupPrefetchBytes). Past a run's last row the prefetches
+// and kernels_avx2.cpp say what it gained on each machine). Past a run's last row the prefetches
 // read a few KB in vain, and cannot fault.
 constexpr int64_t kPrefetchBytes = 4096;
+// The same for the kernels that prefetch into L2 only (PTQ1_0's AVX-512 lookups, the float rows):
+// twice as far, since a line asked for into L2 has a trip to L1 still to make.
+constexpr int64_t kL2PrefetchBytes = 2 * kPrefetchBytes;
 
 constexpr int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
