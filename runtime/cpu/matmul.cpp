@@ -130,6 +130,37 @@ uint64_t split_copy_bytes(const Tensor& w) {
   return w.nbytes / find_type(uint32_t(w.type))->block_bytes * sizeof(block_q8_0) + kSplitTagBytes;
 }
 
+// The type whose AVX-512 kernel and copy a weight of type t takes. A TQ2_0 block is two PQ2_0
+// blocks of the same values under one scale (both codecs decode code - 1 times d), so TQ2_0 runs on
+// PQ2_0's slab kernel from a PQ2_0 copy, 68 bytes for every 66; its own kernel is AVX2's, which on
+// the 2-core Intel Xeon computes about half as fast (docs/benchmarks.md, "TQ2_0 on the PQ2_0
+// kernel").
+TypeId wide_type(TypeId t) { return t == TypeId::TQ2_0 ? TypeId::PQ2_0 : t; }
+
+// w's TQ2_0 blocks as PQ2_0 blocks of the same values, for the AVX-512 kernel's copy (wide_type).
+std::vector<uint8_t> tq2_as_pq2(const Tensor& w) {
+  using S = CodeView<block_tq2_0>;
+  using D = CodeView<block_pq2_0>;
+  static_assert(S::kMul == D::kMul && S::kOff == D::kOff && S::kElems == 2 * D::kElems && D::kDigits == 4,
+                "a TQ2_0 block is two PQ2_0 blocks of 2-bit codes, each value code - 1 times the scale");
+  const int64_t n = int64_t(w.nbytes / sizeof(block_tq2_0));
+  std::vector<uint8_t> out(size_t(n) * 2 * sizeof(block_pq2_0));
+  parallel_for(n, n * QK_K >= kParallelWork, [&](int64_t i) {
+    block_tq2_0 src;
+    std::memcpy(&src, w.data + i * int64_t(sizeof src), sizeof src);
+    block_pq2_0 dst[2] = {};
+    dst[0].d = dst[1].d = src.d;
+    for (int j = 0; j < S::kElems; ++j) {
+      int sb = 0, sd = 0, db = 0, dd = 0;
+      S::place(j, sb, sd);
+      D::place(j % D::kElems, db, dd);
+      dst[j / D::kElems].qs[db] |= uint8_t(S::digits4(S::bytes(src)[sb], sd) << (2 * dd));
+    }
+    std::memcpy(out.data() + i * int64_t(sizeof dst), dst, sizeof dst);
+  });
+  return out;
+}
+
 // m, or w's copy where `copy` is the AVX2 split one (read only on that path).
 Matrix reading(const Tensor& w, Matrix m, std::span<const uint8_t> copy) {
   if (copy.empty() || copy.size() != split_copy_bytes(w) || matmul_path_taken() != MatmulPath::avx2) return m;
@@ -152,9 +183,11 @@ std::span<const uint8_t> pack_weights(const Tensor& w, HugePageArena& pages) {
 #if BONSAI_CPU_AVX2
   const Matrix m = check_matrix(w, "pack_weights");
   const MatmulPath path = matmul_path_taken();
-  if (const int64_t bytes = path == MatmulPath::avx512 ? avx512::pack_bytes(w.type, m.rows, m.cols) : 0; bytes > 0) {
+  const TypeId wide = wide_type(w.type);
+  if (const int64_t bytes = path == MatmulPath::avx512 ? avx512::pack_bytes(wide, m.rows, m.cols) : 0; bytes > 0) {
     uint8_t* out = pages.allocate(size_t(bytes));
-    avx512::pack(w.type, w.data, m.rows, m.cols, out);
+    if (wide == w.type) avx512::pack(wide, w.data, m.rows, m.cols, out);
+    else avx512::pack(wide, tq2_as_pq2(w).data(), m.rows, m.cols, out);
     return {out, size_t(bytes)};
   }
   if (path == MatmulPath::avx2 && split_copy_bytes(w) > 0) {
@@ -191,27 +224,36 @@ const QuantAct& quantized(const ActLayout& layout, const float* x, int64_t cols,
 avx2::ActView view_of(const QuantAct& a) { return {a.q.data(), a.d.data(), a.corr.data(), a.cols, a.n_tokens}; }
 #endif
 
-// The products of weights of one type and width with the same activations, on the AVX-512
-// kernels: the activations quantized once, one pass of the threads over all rows. False (nothing
-// done) where those kernels do not take them: another path, mixed types, a type or width they
-// have no kernel for, or a regrouped copy missing.
+// Whether the AVX-512 kernels multiply w (a well-formed matrix) given `copy`: the path taken, a
+// type they take (wide_type) at w's width, and their copy of w. Without it (no copy, or not the
+// kernel's) the stored blocks go to the AVX2 kernel.
+bool wide_takes(const Tensor& w, std::span<const uint8_t> copy) {
+#if BONSAI_CPU_AVX2
+  const TypeId type = wide_type(w.type);
+  return matmul_path_taken() == MatmulPath::avx512 && act_layout_avx512(type) &&
+         avx512::pack_bytes(type, 1, w.ne[0]) > 0 && copy.size() == size_t(avx512::pack_bytes(type, w.ne[1], w.ne[0]));
+#else
+  (void)w, (void)copy;
+  return false;
+#endif
+}
+
+// The products of weights of one kernel type (wide_type) and width with the same activations, on
+// the AVX-512 kernels: the activations quantized once, one pass of the threads over all rows.
+// False (nothing done) where those kernels do not take them all (wide_takes).
 bool matmul_wide(const Tensor* const* w, float* const* y, int count, const Matrix& m, const float* x, int64_t n_tokens,
                  const std::span<const uint8_t>* packed) {
 #if BONSAI_CPU_AVX2
-  const TypeId type = w[0]->type;
-  const ActLayout* layout = act_layout_avx512(type);
-  if (matmul_path_taken() != MatmulPath::avx512 || !layout || avx512::pack_bytes(type, 1, m.cols) == 0) return false;
-  const int64_t scratch = avx512::scratch_bytes(type, m.cols, n_tokens);
+  const TypeId type = wide_type(w[0]->type);
   thread_local std::vector<avx512::Part> parts;  // reused across calls: no allocation once warm
   parts.clear();
   for (int i = 0; i < count; ++i) {
-    if (w[i]->type != type) return false;
     const std::span<const uint8_t> copy = packed ? packed[i] : std::span<const uint8_t>();
-    // no copy (or not the kernel's): the stored blocks go to the AVX2 kernel
-    if (copy.size() != size_t(avx512::pack_bytes(type, w[i]->ne[1], m.cols))) return false;
+    if (wide_type(w[i]->type) != type || !wide_takes(*w[i], copy)) return false;
     parts.push_back({copy.data(), w[i]->ne[1], y[i]});
   }
-  const QuantAct& act = quantized(*layout, x, m.cols, n_tokens);
+  const int64_t scratch = avx512::scratch_bytes(type, m.cols, n_tokens);
+  const QuantAct& act = quantized(*act_layout_avx512(type), x, m.cols, n_tokens);
   // Cache-line aligned, as matmul_q8 wants: a 64-byte load that straddles two lines runs at half speed.
   struct alignas(64) Line {
     int8_t b[64];
@@ -259,6 +301,12 @@ void matmul_shared(const Tensor* const* w, float* const* y, int count, const flo
     if (w[i]->ne[1] > 0)
       matmul_one(reading(*w[i], check_matrix(*w[i], "matmul"), packed ? packed[i] : std::span<const uint8_t>()), x,
                  n_tokens, y[i]);
+}
+
+const ActLayout* act_layout_taken(const Tensor& w, std::span<const uint8_t> packed) {
+  const Matrix m = check_matrix(w, "matmul");
+  if (wide_takes(w, packed)) return act_layout_avx512(wide_type(w.type));
+  return matmul_path_taken() == MatmulPath::scalar ? nullptr : act_layout(reading(w, m, packed).type->id);
 }
 
 void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y, std::span<const uint8_t> packed) {

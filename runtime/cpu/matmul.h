@@ -1,8 +1,9 @@
 // Matrix products of stored weights with float activations, on the CPU: the kernels the runtime's
 // forward pass calls. Weights stay in their stored type (any type of formats/types.h); nothing is
 // converted ahead of time but the kernels' copies (pack_weights): for the AVX-512 kernels PTQ1_0's
-// trits recoded for table lookups, Q8_0's and PQ2_0's blocks regrouped; for the AVX2 one, Q8_0's
-// and PTQ1_0's rows split into scales and codes, PTQ1_0's rewritten as PQ2_0's 2-bit codes.
+// trits recoded for table lookups, Q8_0's and PQ2_0's blocks regrouped, TQ2_0's as PQ2_0's; for
+// the AVX2 one, Q8_0's and PTQ1_0's rows split into scales and codes, PTQ1_0's rewritten as PQ2_0's
+// 2-bit codes.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -23,7 +24,8 @@ namespace bonsai::cpu {
 // amax/127 over the block's qk values, round to nearest: act_quant.h), so each output differs
 // from matmul_ref by at most
 //   sum over weight blocks b of amax_b/254 * sum_{k in b} |W[r,k]|   (plus float rounding);
-// qk is 32 for Q8_0/Q4_0, 64 for Q2_0, 128 for PTQ1_0/PQ2_0/Q1_0 and 256 for TQ1_0/TQ2_0.
+// qk is 32 for Q8_0/Q4_0, 64 for Q2_0, 128 for PTQ1_0/PQ2_0/Q1_0 and 256 for TQ1_0/TQ2_0 (128 for
+// TQ2_0 on the AVX-512 path, which multiplies it as PQ2_0: act_layout_taken says which).
 // float weights (F32/F16/BF16) use float FMA dot products (from 16 tokens on, OpenBLAS SGEMM on
 // the weights decoded to float), within ~1e-5 relative of matmul_ref.
 //
@@ -43,7 +45,8 @@ void matmul_shared(const Tensor* const* w, float* const* y, int count, const flo
 
 // A copy of w in this process's memory for the kernel of the path matmul_path_taken() gives.
 // AVX-512: Q8_0's and PQ2_0's regrouped in slabs for their kernel, as many bytes as w
-// (docs/benchmarks.md, "Q8_0 in slabs"); PTQ1_0's as five-bit codes of three trits for its table
+// (docs/benchmarks.md, "Q8_0 in slabs"), TQ2_0's as PQ2_0 blocks of the same values so regrouped
+// (68 bytes for every 66); PTQ1_0's as five-bit codes of three trits for its table
 // lookups, 30 bytes per stored 28, rows padded to groups of 128 (docs/benchmarks.md, "PTQ1_0 by
 // table lookups"). A copy is also faster to read than the file's mapping: the 1.8 GB of
 // Qwen3-1.7B in Q8_0 generated about a third faster from anonymous memory on the 2-core machine
@@ -57,6 +60,12 @@ void matmul_shared(const Tensor* const* w, float* const* y, int count, const flo
 // by memory. Empty for other types and paths. The bytes are `pages`' (huge pages: huge_pages.h)
 // and live as long as it.
 std::span<const uint8_t> pack_weights(const Tensor& w, HugePageArena& pages);
+
+struct ActLayout;
+// The int8 activation layout (act_quant.h) that matmul quantizes x with for w given `packed`, on
+// the path taken now; null where the product is in floats (float weights, or the scalar path).
+// Tests rebuild the kernels' exact sums with it.
+const ActLayout* act_layout_taken(const Tensor& w, std::span<const uint8_t> packed);
 
 // The bytes of w a product reads with `packed` its pack_weights copy: the copy's (less the 64
 // bytes that only size the AVX2 one) where there is one, w's own otherwise.
@@ -73,8 +82,8 @@ void matmul_ref(const Tensor& w, const float* x, int64_t n_tokens, float* y);
 void get_rows(const Tensor& w, const int32_t* ids, int64_t n, float* out);
 
 // The kernels matmul takes, widest last: scalar (matmul_ref); avx2 (AVX2+FMA+F16C); avx512 (the
-// AVX2 kernels, except Q8_0's products and PTQ1_0's (given pack_weights' copy), which use AVX-512
-// VNNI and VBMI2: kernels_avx512.h). Decode attention (attention.h) follows it too: AVX-512's
+// AVX2 kernels, except the products of Q8_0, PQ2_0, TQ2_0 and PTQ1_0 given pack_weights' copy,
+// which use AVX-512 VNNI and VBMI2: kernels_avx512.h). Decode attention (attention.h) follows it too: AVX-512's
 // attend on the avx512 path, ops.h's loops below it.
 enum class MatmulPath { scalar, avx2, avx512 };
 

@@ -147,14 +147,15 @@ std::vector<float> random_x(int64_t n, std::mt19937& rng) {
 
 // "" when `fast` (outputs of W x for n tokens) is within tolerance of matmul_ref and, when the
 // int8 kernels ran, of their exact rebuild; else which output is off and by how much. Also checks
-// matmul_ref against the exact sum.
-std::string mismatch(const Weights& m, const std::vector<float>& x, int64_t n_tokens, const std::vector<float>& fast) {
+// matmul_ref against the exact sum. `layout`: the activations' layout of the product that gave
+// `fast` (cpu::act_layout_taken with the copy it read), null for a float product.
+std::string mismatch(const Weights& m, const std::vector<float>& x, int64_t n_tokens, const std::vector<float>& fast,
+                     const cpu::ActLayout* layout) {
   const int64_t rows = m.rows(), cols = m.cols();
   std::vector<float> ref(size_t(rows * n_tokens));
   cpu::matmul_ref(m.t, x.data(), n_tokens, ref.data());
 
-  const cpu::ActLayout* layout = cpu::act_layout(m.t.type);
-  const bool int8_path = layout && cpu::matmul_path_taken() != cpu::MatmulPath::scalar;
+  const bool int8_path = layout != nullptr;
   cpu::QuantAct a;
   std::vector<int> elem;
   if (int8_path) {
@@ -204,12 +205,17 @@ std::string mismatch(const Weights& m, const std::vector<float>& x, int64_t n_to
 }
 
 // The product as the CPU backend computes it: with the weight's regrouped copy, where its kernel
-// reads one (pack_weights, made on the path taken now).
-std::vector<float> run_matmul(const Weights& m, const std::vector<float>& x, int64_t n_tokens) {
+// reads one (pack_weights, made on the path taken now), and the activations' layout it took.
+struct Product {
+  std::vector<float> y;
+  const cpu::ActLayout* layout;
+};
+Product run_matmul(const Weights& m, const std::vector<float>& x, int64_t n_tokens) {
   std::vector<float> y(size_t(m.rows() * n_tokens));
   cpu::HugePageArena pages;
-  cpu::matmul(m.t, x.data(), n_tokens, y.data(), cpu::pack_weights(m.t, pages));
-  return y;
+  const auto packed = cpu::pack_weights(m.t, pages);
+  cpu::matmul(m.t, x.data(), n_tokens, y.data(), packed);
+  return {y, cpu::act_layout_taken(m.t, packed)};
 }
 
 const char* kinds[] = {"encoded", "raw"};
@@ -265,7 +271,8 @@ TEST(CpuMatmul, FastPathMatchesReferenceForEveryType) {
               const auto x = random_x(cols * n, rng);
               const std::string what = path + " " + tt.name + " " + kinds[raw] + " " + std::to_string(cols) + "x" +
                                        std::to_string(rows) + " n=" + std::to_string(n);
-              ASSERT_EQ(mismatch(m, x, n, run_matmul(m, x, n)), "") << what;
+              const Product p = run_matmul(m, x, n);
+              ASSERT_EQ(mismatch(m, x, n, p.y, p.layout), "") << what;
             }
           }
       }
@@ -331,12 +338,13 @@ TEST(CpuMatmul, CorruptedWeightByteIsCaught) {
       for (int64_t k : changed) x[size_t(k)] = m.w[size_t(2 * cols + k)] > orig.w[size_t(2 * cols + k)] ? 4.0f : -4.0f;
       const auto before = run_matmul(orig, x, 1);
       const auto after = run_matmul(m, x, 1);
-      EXPECT_EQ(mismatch(orig, x, 1, before), "") << path << " " << tt.name;
-      EXPECT_EQ(mismatch(m, x, 1, after), "") << path << " " << tt.name;
-      EXPECT_NE(mismatch(m, x, 1, before), "") << path << " " << tt.name << ": stale result passes the corrupted weights";
+      EXPECT_EQ(mismatch(orig, x, 1, before.y, before.layout), "") << path << " " << tt.name;
+      EXPECT_EQ(mismatch(m, x, 1, after.y, after.layout), "") << path << " " << tt.name;
+      EXPECT_NE(mismatch(m, x, 1, before.y, after.layout), "")
+          << path << " " << tt.name << ": stale result passes the corrupted weights";
       for (int64_t r = 0; r < rows; ++r)
         if (r != 2) {
-          EXPECT_EQ(after[size_t(r)], before[size_t(r)]) << path << " " << tt.name << " row " << r;
+          EXPECT_EQ(after.y[size_t(r)], before.y[size_t(r)]) << path << " " << tt.name << " row " << r;
         }
     }
   });
@@ -356,7 +364,7 @@ TEST(CpuMatmul, ResultDoesNotDependOnThreadCount) {
     omp_set_num_threads(3);
     cpu::matmul(m.t, x.data(), tokens, y3.data(), packed);
     EXPECT_EQ(0, std::memcmp(y1.data(), y3.data(), y1.size() * 4)) << traits(id).name;
-    return y3;
+    return Product{y3, cpu::act_layout_taken(m.t, packed)};
   };
   for (TypeId id : {TypeId::F16, TypeId::Q8_0, TypeId::PTQ1_0, TypeId::TQ1_0}) {
     const Weights m = make_weights(id, 131, 1024, false, rng);
@@ -368,32 +376,37 @@ TEST(CpuMatmul, ResultDoesNotDependOnThreadCount) {
   for (auto [id, cols] : {std::pair{TypeId::BF16, int64_t(96)}, {TypeId::PTQ1_0, 3072}, {TypeId::TQ2_0, 3072}}) {
     const Weights f = make_weights(id, 600, cols, false, rng);
     const auto xf = random_x(cols * 20, rng);
-    EXPECT_EQ("", mismatch(f, xf, 20, on_3_threads(f, xf, 20, id))) << traits(id).name;
+    const Product p = on_3_threads(f, xf, 20, id);
+    EXPECT_EQ("", mismatch(f, xf, 20, p.y, p.layout)) << traits(id).name;
   }
   omp_set_num_threads(saved);
 }
 
 // pack_weights copies exactly the weights a kernel reads from a copy. AVX-512: Q8_0's and PQ2_0's
 // regrouped (any width), as many bytes as the weight; PTQ1_0's as codes for table lookups, 30 bytes
-// a block (28 stored) in groups of 128 rows (these 5 rows padded to 128). AVX2: Q8_0's and PTQ1_0's in split
-// rows (each row's scales, then its blocks' codes; PTQ1_0's as PQ2_0 codes) that put together again
-// decode to the very same floats, 64 bytes more; none for PQ2_0. A copy that is missing or of the
+// a block (28 stored) in groups of 128 rows (these 5 rows padded to 128); TQ2_0's as PQ2_0's, 68
+// bytes for every 66 (its products, exact against the rebuild, show the values are the weight's).
+// AVX2: Q8_0's and PTQ1_0's in split rows (each row's scales, then its blocks' codes; PTQ1_0's as
+// PQ2_0 codes) that put together again decode to the very same floats, 64 bytes more; none for
+// PQ2_0 and TQ2_0. A copy that is missing or of the
 // wrong size sends the product to the AVX2 kernel of the stored blocks, so the result still holds.
 TEST(CpuMatmul, KernelCopyOnlyWhereAKernelReadsOne) {
   on_each_path([](const std::string& path) {
     std::mt19937 rng(13);
     const bool avx512 = cpu::matmul_path_taken() == cpu::MatmulPath::avx512;
     for (auto [id, cols] : {std::pair{TypeId::PTQ1_0, int64_t(512)}, {TypeId::PTQ1_0, 384}, {TypeId::Q8_0, 512},
-                            {TypeId::Q8_0, 96}, {TypeId::PQ2_0, 384}, {TypeId::F16, 512}}) {
+                            {TypeId::Q8_0, 96}, {TypeId::PQ2_0, 384}, {TypeId::TQ2_0, 512}, {TypeId::F16, 512}}) {
       for (const bool encoded : {true, false}) {
         const Weights m = make_weights(id, 5, cols, encoded, rng);
         const std::string what = path + " " + traits(id).name + " " + std::to_string(cols) + " " + kinds[encoded ? 0 : 1];
         const uint64_t split_bytes = m.t.nbytes / traits(id).block_bytes * sizeof(block_pq2_0) + 64;
         const bool split = id == TypeId::PTQ1_0 || id == TypeId::Q8_0;  // AVX2's copies
         const uint64_t lookup_bytes = uint64_t(128 * cols / 128 * 30);  // PTQ1_0 on AVX-512
+        const uint64_t as_pq2_bytes = uint64_t(5 * cols / 128 * 34);     // TQ2_0 on AVX-512: PQ2_0 blocks
         const uint64_t copy_bytes = id == TypeId::F16 ? 0
                                     : !avx512     ? (split ? split_bytes : 0)
                                     : id == TypeId::PTQ1_0 ? lookup_bytes
+                                    : id == TypeId::TQ2_0  ? as_pq2_bytes
                                                            : m.t.nbytes;
         cpu::HugePageArena pages;
         const auto packed = cpu::pack_weights(m.t, pages);
@@ -421,7 +434,7 @@ TEST(CpuMatmul, KernelCopyOnlyWhereAKernelReadsOne) {
         const std::vector<uint8_t> wrong(3);
         for (const std::span<const uint8_t> p : {packed, std::span<const uint8_t>(wrong), std::span<const uint8_t>()}) {
           cpu::matmul(m.t, x.data(), 2, y.data(), p);
-          EXPECT_EQ(mismatch(m, x, 2, y), "") << what;
+          EXPECT_EQ(mismatch(m, x, 2, y, cpu::act_layout_taken(m.t, p)), "") << what;
         }
       }
     }
@@ -441,7 +454,7 @@ TEST(CpuMatmul, Q8CopyIsWhatTheKernelReads) {
   cpu::matmul(a.t, x.data(), 1, from_copy.data(), copy_of_b);
   cpu::matmul(b.t, x.data(), 1, from_b.data(), copy_of_b);
   EXPECT_EQ(from_copy, from_b);
-  EXPECT_EQ("", mismatch(b, x, 1, from_copy));
+  EXPECT_EQ("", mismatch(b, x, 1, from_copy, cpu::act_layout_taken(b.t, copy_of_b)));
 }
 
 // matmul_shared gives each weight exactly what its own matmul call gives (the same quantized
@@ -500,7 +513,7 @@ TEST(CpuMatmul, NonFiniteActivationPropagates) {
     const Weights m = make_weights(id, 4, 512, false, rng);
     auto x = random_x(512, rng);
     x[100] = std::numeric_limits<float>::quiet_NaN();
-    for (float v : run_matmul(m, x, 1)) EXPECT_TRUE(std::isnan(v)) << traits(id).name;
+    for (float v : run_matmul(m, x, 1).y) EXPECT_TRUE(std::isnan(v)) << traits(id).name;
   }
 }
 
