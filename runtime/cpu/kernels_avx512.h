@@ -16,7 +16,8 @@ bool avx512_usable();
 namespace bonsai::cpu::avx512 {
 
 // Bytes of the copy of rows x cols weights that matmul_q8 reads (pack), or 0 when it takes no
-// such weights (PTQ1_0, Q8_0, PQ2_0: any width of whole blocks).
+// such weights (PTQ1_0, Q8_0, PQ2_0: any width of whole blocks; TQ2_0 comes as PQ2_0 blocks, matmul.cpp's
+// wide_type).
 int64_t pack_bytes(TypeId type, int64_t rows, int64_t cols);
 // The weights regrouped for the kernels, pack_bytes(type, rows, cols) bytes at `out`: PTQ1_0's as
 // five-bit codes of three trits for table lookups, in groups of 128 rows (the last padded), 30 bytes
