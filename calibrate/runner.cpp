@@ -38,6 +38,21 @@ std::string input_key(const std::string& weight_name) {
 
 int64_t block_runs() { return g_block_runs.load(); }
 
+std::vector<WindowBuffer> window_buffers(const ModelConfig& c, int64_t n_windows, int64_t len) {
+  // The inputs between steps: inputs 0 and 2 (n_embd wide) in one buffer, inputs 1 and 3
+  // (attention width, n_ff) in the other, each step reading one and writing the other.
+  const int64_t wide = std::max(Session::block_input_width(c, 1), Session::block_input_width(c, 3));
+  return {{"hidden states", n_windows * len * c.n_embd},
+          {"inputs of q/k/v and gate/up", n_windows * len * c.n_embd},
+          {"inputs of the output and down projections", n_windows * len * wide}};
+}
+
+// The group's input rows are gathered kGramRows at a time before InputStats::add: its Gram product
+// then runs on large panels, and its fold into the double sum (a pass over cols² doubles) happens
+// once per kGramRows rows rather than once per window. Never more rows than the windows hold (the
+// flushes then fall where they would with a larger buffer).
+int64_t gather_rows(int64_t n_windows, int64_t len) { return std::min(std::max(kGramRows, len), n_windows * len); }
+
 Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_windows, int64_t len,
                        const CalibrateOptions& opts, const QuantizeGroup& quantize_group,
                        const std::function<void(const BlockDone&)>& on_block, CalibrateTimes* times) {
@@ -48,25 +63,27 @@ Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_
     if (id < 0 || id >= c.n_vocab) throw Error(cat("calibration: token id ", id, " is outside the vocabulary"));
   CalibrateTimes t;
   const auto start = std::chrono::steady_clock::now();
-  auto be = make_backend("cpu", 0);
   const int64_t width = len * c.n_embd;
 
   if (opts.first_block < 0 || opts.first_block > c.n_layer)
     throw Error(cat("calibration: resuming at block ", opts.first_block, " of a model with ", c.n_layer));
   const bool resume = opts.first_block > 0;
   // Every block done: nothing to run, no hidden states needed.
-  if (resume && opts.first_block < c.n_layer &&
-      (!opts.resume_hidden || opts.resume_hidden->size() != size_t(n_windows * width)))
-    throw Error(cat("calibration: resuming at block ", opts.first_block, " needs ", n_windows * width,
-                    " hidden-state values, got ", opts.resume_hidden ? opts.resume_hidden->size() : 0));
+  if (resume && opts.first_block < c.n_layer && !opts.resume_hidden)
+    throw Error(cat("calibration: resuming at block ", opts.first_block, " needs the hidden states after block ",
+                    opts.first_block - 1));
+  const std::vector<WindowBuffer> bufs = window_buffers(c, n_windows, len);
+  auto buffer = [&](const WindowBuffer& b) {
+    return opts.buffer ? opts.buffer(b.what, size_t(b.floats)) : SpillBuffer::in_ram(size_t(b.floats));
+  };
 
   // Hidden states of every window: n_windows × len × n_embd floats.
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> hidden;
+  SpillBuffer hidden = buffer(bufs[0]);
   if (resume) {
-    if (opts.resume_hidden) hidden.swap(*opts.resume_hidden);
+    if (opts.first_block < c.n_layer) opts.resume_hidden(hidden.data(), hidden.size());
   } else {
-    hidden.resize(size_t(n_windows * width));
+    const auto be = make_backend("cpu", 0);
     for (int64_t w = 0; w < n_windows; ++w) {
       float* x = hidden.data() + w * width;
       be->embed(*m.token_embd, windows.data() + w * len, len, x);
@@ -75,27 +92,26 @@ Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_
   }
   t.embed += since(t0);
 
-  Session s(m, *be, len, len);
   Stats all;
-  if (resume && opts.resume_stats) all = std::move(*opts.resume_stats);
-  // The inputs of every window between steps: inputs 0 and 2 (n_embd wide) in one buffer, inputs
-  // 1 and 3 (attention width, n_ff) in the other, each step reading one and writing the other.
-  const int64_t wide = std::max(s.block_input_width(1), s.block_input_width(3));
-  std::vector<float> narrow_in(size_t(n_windows * len * c.n_embd)), wide_in(size_t(n_windows * len * wide));
-  // The group's input rows are gathered kGramRows at a time before InputStats::add: its Gram
-  // product then runs on large panels, and its fold into the double sum (a pass over cols²
-  // doubles) happens once per kGramRows rows rather than once per window. One buffer for every
-  // group (allocated once: hundreds of MB, whose first touch costs page faults).
-  const int64_t gather_rows = std::max(kGramRows, len);
-  std::vector<float> rows(size_t(gather_rows * std::max(wide, c.n_embd)));
+  SpillBuffer narrow_in = buffer(bufs[1]), wide_in = buffer(bufs[2]);
+  // One gather buffer for every group (allocated once: hundreds of MB, whose first touch costs
+  // page faults).
+  const int64_t wide = std::max(Session::block_input_width(c, 1), Session::block_input_width(c, 3));
+  std::vector<float> rows(size_t(gather_rows(n_windows, len) * std::max(wide, c.n_embd)));
+  const int64_t max_rows = gather_rows(n_windows, len);
   for (int64_t l = opts.first_block; l < c.n_layer; ++l) {
+    std::vector<std::string> block_inputs;  // the statistics entries this block adds
+    // A backend and session per block: the kernel copies a backend makes of the block's quantized
+    // weights (cpu::pack_weights) go with it, so memory does not grow with the blocks done.
+    const auto be = make_backend("cpu", 0);
+    Session s(m, *be, len, len);
     // The last block's step 4 only advances x, which nothing reads after it.
     const int steps = l + 1 < c.n_layer ? Session::kBlockSteps : Session::kBlockSteps - 1;
     for (int step = 0; step < steps; ++step) {
       // Step g forms input g (g < 4) from input g−1; `in` and `out` alternate between the buffers.
       const bool out_wide = step % 2 == 1;
-      std::vector<float>& in_buf = out_wide ? narrow_in : wide_in;
-      std::vector<float>& out_buf = out_wide ? wide_in : narrow_in;
+      SpillBuffer& in_buf = out_wide ? narrow_in : wide_in;
+      SpillBuffer& out_buf = out_wide ? wide_in : narrow_in;
       const int64_t in_w = step > 0 ? s.block_input_width(step - 1) : 0;
       const int64_t out_w = step < 4 ? s.block_input_width(step) : 0;
       Stats group;
@@ -112,7 +128,7 @@ Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_
           st.cols = w.ne[0];
           if (opts.gram) st.gram.assign(size_t(st.cols * st.cols), 0.0);
         }
-        if (n_rows + n > gather_rows) flush();
+        if (n_rows + n > max_rows) flush();
         std::memcpy(rows.data() + n_rows * st.cols, x, size_t(n * st.cols) * sizeof(float));
         n_rows += n;
       };
@@ -134,6 +150,7 @@ Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_
       t0 = std::chrono::steady_clock::now();
       flush();
       for (auto& [name, st] : group.by_weight) {
+        block_inputs.push_back(name);
         st.round_to_f32();
         all.by_weight[name] = std::move(st);
       }
@@ -142,10 +159,12 @@ Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_
       t0 = std::chrono::steady_clock::now();
       if (quantize_group) quantize_group(l, input, all);
       t.quantize += since(t0);
-      if (!opts.keep_gram) std::vector<double>().swap(all.by_weight[input].gram);
+      if (opts.keep_gram == KeepGram::group) std::vector<double>().swap(all.by_weight[input].gram);
     }
-    if (opts.checkpoint) opts.checkpoint(l, hidden, all);
-    if (on_block) on_block({l, c.n_layer, since(start), peak_rss_bytes()});
+    if (opts.checkpoint) opts.checkpoint(l, std::span<const float>(hidden.data(), hidden.size()), all);
+    if (opts.keep_gram == KeepGram::block)
+      for (const std::string& name : block_inputs) std::vector<double>().swap(all.by_weight[name].gram);
+    if (on_block) on_block({"calibrate blocks", l, c.n_layer, since(start), peak_rss_bytes()});
   }
   if (times) *times = t;
   return all;

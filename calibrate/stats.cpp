@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "formats/error.h"
 #include "formats/gguf.h"
+#include "formats/mapped_file.h"
 
 namespace bonsai::calib {
 
@@ -104,97 +106,173 @@ void InputStats::round_to_f32() {
   for (double& v : gram) v = double(float(v));
 }
 
-void save_stats(const std::string& path, const Stats& s) {
-  TensorSet ts;
-  ts.path = path;
-  ts.meta.set_u32(kVersion, 1);
-  ts.meta.set_str(kManifest, s.manifest_json);
+namespace {
+
+// One weight's statistics as the file stores them: F32 sums, in memory or in another file's map.
+struct StoredEntry {
+  std::string name;
+  int64_t rows = 0;
+  Tensor sum_sq;
+  std::optional<Tensor> gram;
+};
+
+// The one writer of the layout: entries in name order, each its sum_sq then its Gram matrix.
+void write_entries(const std::string& path, const std::string& manifest_json, const std::vector<StoredEntry>& entries) {
+  Metadata meta;
+  meta.set_u32(kVersion, 1);
+  meta.set_str(kManifest, manifest_json);
   std::vector<std::string> names;
   std::vector<KvScalar> rows;
+  std::vector<Tensor> tensors;
+  for (const StoredEntry& e : entries) {
+    names.push_back(e.name);
+    rows.emplace_back(uint64_t(e.rows));
+    tensors.push_back(e.sum_sq);
+    if (e.gram) tensors.push_back(*e.gram);
+  }
+  meta.set_strings(kWeights, names);
+  meta.set(kRows, KvValue::of_array(KvType::U64, std::move(rows)));
+  write_gguf(path, meta, tensors);
+}
+
+}  // namespace
+
+void save_stats(const std::string& path, const Stats& s) {
+  TensorSet owner;
+  owner.path = path;
+  std::vector<StoredEntry> entries;
   for (const auto& [name, st] : s.by_weight) {
     if (st.cols <= 0 || int64_t(st.sum_sq.size()) != st.cols)
       fail(path, "statistics of '", name, "' have ", st.sum_sq.size(), " column sums for ", st.cols, " columns");
-    names.push_back(name);
-    rows.emplace_back(uint64_t(st.rows_seen));
     auto put = [&](const std::string& tname, const std::vector<double>& v, std::vector<int64_t> ne) {
       Tensor t;
       t.name = tname;
       t.type = TypeId::F32;
       t.ne = std::move(ne);
       t.nbytes = v.size() * sizeof(float);
-      float* d = reinterpret_cast<float*>(ts.alloc(t.nbytes));
+      float* d = reinterpret_cast<float*>(owner.alloc(t.nbytes));
       for (size_t i = 0; i < v.size(); ++i) d[i] = float(v[i]);
       t.data = reinterpret_cast<const uint8_t*>(d);
-      ts.add(std::move(t));
+      return t;
     };
-    put(name + kSumSq, st.sum_sq, {st.cols});
+    StoredEntry e;
+    e.name = name;
+    e.rows = st.rows_seen;
+    e.sum_sq = put(name + kSumSq, st.sum_sq, {st.cols});
     if (!st.gram.empty()) {
       if (int64_t(st.gram.size()) != st.cols * st.cols)
         fail(path, "statistics of '", name, "' have a Gram matrix of ", st.gram.size(), " entries for ", st.cols, " columns");
-      put(name + kGram, st.gram, {st.cols, st.cols});
+      e.gram = put(name + kGram, st.gram, {st.cols, st.cols});
     }
+    entries.push_back(std::move(e));
   }
-  ts.meta.set_strings(kWeights, names);
-  ts.meta.set(kRows, KvValue::of_array(KvType::U64, std::move(rows)));
-  write_gguf(path, ts.meta, ts.tensors);
+  write_entries(path, s.manifest_json, entries);
 }
 
-Stats load_stats(const std::string& path) {
-  const TensorSet ts = read_gguf(path);
-  Stats s;
-  std::vector<std::string> names;
+StatsFile::StatsFile(const std::string& path) : ts_(read_gguf(path)) {
   std::vector<int64_t> rows;
   try {
-    const auto version = ts.meta.get_int(kVersion);
+    const auto version = ts_.meta.get_int(kVersion);
     if (!version) fail(path, "not a bonsai statistics file (no ", kVersion, ")");
     if (*version != 1) fail(path, kVersion, " is ", *version, " (this bonsai reads 1)");
-    s.manifest_json = ts.meta.get_str(kManifest).value_or("");
-    names = ts.meta.get_strings(kWeights).value_or(std::vector<std::string>{});
-    rows = ts.meta.get_ints(kRows).value_or(std::vector<int64_t>{});
+    manifest_ = ts_.meta.get_str(kManifest).value_or("");
+    order_ = ts_.meta.get_strings(kWeights).value_or(std::vector<std::string>{});
+    rows = ts_.meta.get_ints(kRows).value_or(std::vector<int64_t>{});
   } catch (const Error& e) {
     const std::string what = e.what();
     if (what.starts_with(path + ":")) throw;
     fail(path, what);
   }
-  if (names.size() != rows.size())
-    fail(path, kWeights, " lists ", names.size(), " weights but ", kRows, " has ", rows.size(), " counts");
+  if (order_.size() != rows.size())
+    fail(path, kWeights, " lists ", order_.size(), " weights but ", kRows, " has ", rows.size(), " counts");
   std::set<std::string> expected;
-  for (size_t i = 0; i < names.size(); ++i) {
-    const std::string& name = names[i];
+  for (size_t i = 0; i < order_.size(); ++i) {
+    const std::string& name = order_[i];
     if (name.empty()) fail(path, "an empty weight name in ", kWeights);
-    if (s.by_weight.count(name)) fail(path, "weight '", name, "' is listed twice");
+    if (entries_.count(name)) fail(path, "weight '", name, "' is listed twice");
     if (rows[i] <= 0) fail(path, "weight '", name, "' has ", rows[i], " rows (must be positive)");
-    const Tensor* sq = ts.find(name + kSumSq);
-    if (!sq) fail(path, "tensor '", name, kSumSq, "' is missing");
-    if (sq->type != TypeId::F32 || sq->ne.size() != 1)
-      fail(path, "tensor '", sq->name, "' must be a 1-D F32 tensor, is ", traits(sq->type).name, " ", sq->shape_str());
-    InputStats st;
-    st.cols = sq->ne[0];
-    st.rows_seen = rows[i];
-    st.sum_sq.resize(size_t(st.cols));
-    for (int64_t c = 0; c < st.cols; ++c) {
-      const float v = f32_at(sq->data, c);
-      if (!std::isfinite(v) || v < 0) fail(path, "tensor '", sq->name, "' holds ", v, " at column ", c);
-      st.sum_sq[size_t(c)] = v;
+    Entry e;
+    e.sum_sq = ts_.find(name + kSumSq);
+    if (!e.sum_sq) fail(path, "tensor '", name, kSumSq, "' is missing");
+    if (e.sum_sq->type != TypeId::F32 || e.sum_sq->ne.size() != 1)
+      fail(path, "tensor '", e.sum_sq->name, "' must be a 1-D F32 tensor, is ", traits(e.sum_sq->type).name, " ",
+           e.sum_sq->shape_str());
+    e.shape.cols = e.sum_sq->ne[0];
+    e.shape.rows_seen = rows[i];
+    expected.insert(e.sum_sq->name);
+    if ((e.gram = ts_.find(name + kGram))) {
+      if (e.gram->type != TypeId::F32 || e.gram->ne != std::vector<int64_t>{e.shape.cols, e.shape.cols})
+        fail(path, "tensor '", e.gram->name, "' must be F32 [", e.shape.cols, ", ", e.shape.cols, "], is ",
+             traits(e.gram->type).name, " ", e.gram->shape_str());
+      expected.insert(e.gram->name);
     }
-    expected.insert(sq->name);
-    if (const Tensor* g = ts.find(name + kGram)) {
-      if (g->type != TypeId::F32 || g->ne != std::vector<int64_t>{st.cols, st.cols})
-        fail(path, "tensor '", g->name, "' must be F32 [", st.cols, ", ", st.cols, "], is ", traits(g->type).name, " ",
-             g->shape_str());
-      st.gram.resize(size_t(st.cols * st.cols));
-      for (int64_t k = 0; k < st.cols * st.cols; ++k) {
-        const float v = f32_at(g->data, k);
-        if (!std::isfinite(v)) fail(path, "tensor '", g->name, "' holds a non-finite value");
-        st.gram[size_t(k)] = v;
-      }
-      expected.insert(g->name);
-    }
-    s.by_weight.emplace(name, std::move(st));
+    entries_.emplace(name, e);
   }
-  for (const Tensor& t : ts.tensors)
+  for (const Tensor& t : ts_.tensors)
     if (!expected.count(t.name)) fail(path, "tensor '", t.name, "' belongs to no weight listed in ", kWeights);
+}
+
+std::vector<std::string> StatsFile::weights() const { return order_; }
+
+const InputStats* StatsFile::find(const std::string& weight) const {
+  const auto it = entries_.find(weight);
+  return it == entries_.end() ? nullptr : &it->second.shape;
+}
+
+bool StatsFile::has_gram(const std::string& weight) const {
+  const auto it = entries_.find(weight);
+  return it != entries_.end() && it->second.gram;
+}
+
+InputStats StatsFile::load(const std::string& weight) const {
+  const auto it = entries_.find(weight);
+  if (it == entries_.end()) fail(path(), "no statistics for the input of '", weight, "'");
+  const Entry& e = it->second;
+  InputStats st = e.shape;
+  st.sum_sq.resize(size_t(st.cols));
+  for (int64_t c = 0; c < st.cols; ++c) {
+    const float v = f32_at(e.sum_sq->data, c);
+    if (!std::isfinite(v) || v < 0) fail(path(), "tensor '", e.sum_sq->name, "' holds ", v, " at column ", c);
+    st.sum_sq[size_t(c)] = v;
+  }
+  if (e.gram) {
+    st.gram.resize(size_t(st.cols * st.cols));
+    for (int64_t k = 0; k < st.cols * st.cols; ++k) {
+      const float v = f32_at(e.gram->data, k);
+      if (!std::isfinite(v)) fail(path(), "tensor '", e.gram->name, "' holds a non-finite value");
+      st.gram[size_t(k)] = v;
+    }
+    MappedFile::release(e.gram->data, e.gram->nbytes);  // copied: the file's pages may go
+  }
+  return st;
+}
+
+Stats load_stats(const std::string& path) {
+  const StatsFile f(path);
+  Stats s;
+  s.manifest_json = f.manifest_json();
+  for (const std::string& name : f.weights()) s.by_weight.emplace(name, f.load(name));
   return s;
+}
+
+void merge_stats(const std::string& path, const std::string& manifest_json, const std::vector<std::string>& parts) {
+  std::vector<StatsFile> files;
+  files.reserve(parts.size());
+  std::map<std::string, StoredEntry> all;  // by name: save_stats's order
+  for (const std::string& p : parts) {
+    const StatsFile& f = files.emplace_back(p);
+    for (const auto& [name, e] : f.entries_) {
+      StoredEntry s;
+      s.name = name;
+      s.rows = e.shape.rows_seen;
+      s.sum_sq = *e.sum_sq;
+      if (e.gram) s.gram = *e.gram;
+      if (!all.emplace(name, std::move(s)).second) fail(p, "weight '", name, "' is also in another part");
+    }
+  }
+  std::vector<StoredEntry> entries;
+  for (auto& [name, e] : all) entries.push_back(std::move(e));
+  write_entries(path, manifest_json, entries);
 }
 
 }  // namespace bonsai::calib

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "formats/tensor_set.h"
+
 namespace bonsai::calib {
 
 // Rows per float Gram product before it is folded into the double sum (InputStats::add): float
@@ -41,5 +43,37 @@ struct Stats {
 // bonsai.calib.rows (rows accumulated per weight, same order).
 void save_stats(const std::string& path, const Stats& s);
 Stats load_stats(const std::string& path);                 // Error naming the file when malformed
+
+// A statistics file read one weight at a time: a real model's Gram matrices are tens of GB
+// (Qwen3-8B: 1.6 GB a block), more than memory holds at once. Opening checks the whole layout
+// (keys, names, counts, tensor types and shapes, no stray tensors); load() checks the values it
+// reads, and gives the file's pages back once they are copied. load_stats reads them all.
+class StatsFile {
+ public:
+  explicit StatsFile(const std::string& path);  // Error naming the file when malformed
+  const std::string& path() const { return ts_.path; }
+  const std::string& manifest_json() const { return manifest_; }
+  std::vector<std::string> weights() const;  // in the file's order
+  const InputStats* find(const std::string& weight) const;  // cols and rows_seen only; null when absent
+  bool has_gram(const std::string& weight) const;
+  InputStats load(const std::string& weight) const;  // Error naming the file when absent or malformed
+
+ private:
+  friend void merge_stats(const std::string&, const std::string&, const std::vector<std::string>&);
+  struct Entry {
+    InputStats shape;  // cols, rows_seen
+    const Tensor* sum_sq = nullptr;
+    const Tensor* gram = nullptr;
+  };
+  TensorSet ts_;
+  std::string manifest_;
+  std::vector<std::string> order_;
+  std::map<std::string, Entry> entries_;
+};
+
+// Writes the union of several statistics files of disjoint weights (a job's per-block files) as
+// one, byte for byte what save_stats writes for the union, with `manifest_json`; the parts'
+// values are copied from their maps, never all in memory at once.
+void merge_stats(const std::string& path, const std::string& manifest_json, const std::vector<std::string>& parts);
 
 }  // namespace bonsai::calib

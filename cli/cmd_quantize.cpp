@@ -9,6 +9,7 @@
 #include "formats/error.h"
 #include "formats/residual.h"
 #include "quantize/pipeline.h"
+#include "runtime/anon_peak.h"
 
 namespace bonsai::cli {
 namespace {
@@ -64,10 +65,11 @@ void print_residual(const quant::QuantizeResult& r) {
 }
 
 void print_summary(const quant::QuantizeResult& r, const std::string& out) {
-  std::printf("\nstages:%*s peak RSS at its end\n", 37, "");
+  std::printf("\nstages:%*s peak RSS at its end   peak anonymous in it\n", 42, "");
   double total = 0;
   for (const auto& st : r.stages) {
-    std::printf("  %-32s %9.2f s  %s\n", st.name.c_str(), st.seconds, human_bytes(double(st.peak_rss_bytes)).c_str());
+    std::printf("  %-38s %9.2f s  %12s  %12s\n", st.name.c_str(), st.seconds, human_bytes(double(st.peak_rss_bytes)).c_str(),
+                st.peak_anon_bytes > 0 ? human_bytes(double(st.peak_anon_bytes)).c_str() : "-");
     total += st.seconds;
   }
   std::printf("  %-32s %9.2f s\n", "total", total);
@@ -76,7 +78,11 @@ void print_summary(const quant::QuantizeResult& r, const std::string& out) {
               out.c_str(), human_bytes(double(r.file_bytes)).c_str(), human_bytes(double(p.total_bytes)).c_str(),
               8.0 * double(p.total_bytes) / double(p.total_elems),
               8.0 * double(p.block_linear_bytes) / double(p.block_linear_elems));
-  std::printf("peak RSS %s%s\n", human_bytes(double(r.peak_rss_bytes)).c_str(),
+  std::printf("peak RSS %s (mapped files' pages included), peak anonymous memory %s (sampled every 20 ms), "
+              "predicted %s%s%s\n",
+              human_bytes(double(r.peak_rss_bytes)).c_str(), human_bytes(double(r.peak_anon_bytes)).c_str(),
+              human_bytes(double(r.predicted_ram_bytes)).c_str(),
+              r.spilled_bytes > 0 ? (", " + human_bytes(double(r.spilled_bytes)) + " of calibration buffers spilled").c_str() : "",
               r.stats_loaded ? "; statistics reused (no model forward)" : "");
   // Relative output error per weight kind: mean and worst, then the worst weights.
   struct Agg { double sum = 0, max = 0; int n = 0; std::string worst; };
@@ -98,11 +104,13 @@ void print_summary(const quant::QuantizeResult& r, const std::string& out) {
 // The summary for scripts (scripts/results_stage1.sh): what print_summary says, as one object.
 void print_summary_json(const quant::QuantizeResult& r, const quant::QuantizeOptions& o) {
   const auto& p = r.plan;
-  nlohmann::ordered_json stages = nlohmann::ordered_json::object(), stage_rss = nlohmann::ordered_json::object();
+  nlohmann::ordered_json stages = nlohmann::ordered_json::object(), stage_rss = nlohmann::ordered_json::object(),
+                         stage_anon = nlohmann::ordered_json::object();
   double total = 0;
   for (const auto& st : r.stages) {
     stages[st.name] = st.seconds;
     stage_rss[st.name] = st.peak_rss_bytes;
+    stage_anon[st.name] = st.peak_anon_bytes;
     total += st.seconds;
   }
   nlohmann::ordered_json errors = nlohmann::ordered_json::object();
@@ -128,7 +136,11 @@ void print_summary_json(const quant::QuantizeResult& r, const quant::QuantizeOpt
               {"seconds", total},
               {"stages", stages},
               {"stage_peak_rss_bytes", stage_rss},
+              {"stage_peak_anon_bytes", stage_anon},
               {"peak_rss_bytes", r.peak_rss_bytes},
+              {"peak_anon_bytes", r.peak_anon_bytes},
+              {"predicted_ram_bytes", r.predicted_ram_bytes},
+              {"spilled_bytes", r.spilled_bytes},
               {"rel_errors", errors}});
 }
 
@@ -177,13 +189,17 @@ int run(const std::vector<std::string>& args) {
       "continue the job a kill or an error interrupted, from the last block finished in OUT.partial/ (same inputs and "
       "options required; starts from the beginning when there is none)")(
       "restart", po::bool_switch(), "discard an interrupted job's OUT.partial/ and start over")(
+      "max-memory", po::value<std::string>(),
+      "RAM the job may take, e.g. 6G (default: what the machine has available). The job prints what it needs before "
+      "it starts; calibration buffers beyond this spill to a file in OUT.partial/, and a job that cannot fit even so "
+      "is refused before any work")(
       "dry-run", po::bool_switch(), "print the plan (tensor, type, method, bytes, totals) and exit");
   add_threads(opts);
   add_json(opts);
   po::variables_map vm;
   if (!parse(args,
              "bonsai quantize -m SRC -o OUT.gguf|OUT.bonsai [--plan PRESET|FILE] [--method M] [--rotate hadamard "
-             "--rotate-block B] [--calib FILE...] [--calib-windows N --calib-len L] [--stats FILE] [--seed S] [--gptq-passes N] [--tune-steps N --tune-lr X] [--type ptq1_0|pq2_0] [--residual none|kmeans|pattern --rc-dim V --rc-size K --rc-rows G] [--from STAGE1] [--tensor-type REGEX=TYPE...] [--threads N] [--resume|--restart] [--dry-run]",
+             "--rotate-block B] [--calib FILE...] [--calib-windows N --calib-len L] [--stats FILE] [--seed S] [--gptq-passes N] [--tune-steps N --tune-lr X] [--type ptq1_0|pq2_0] [--residual none|kmeans|pattern --rc-dim V --rc-size K --rc-rows G] [--from STAGE1] [--tensor-type REGEX=TYPE...] [--threads N] [--max-memory SIZE] [--resume|--restart] [--dry-run]",
              "Quantizes a model by a mixed-precision plan. Ternary tensors (PTQ1_0, PQ2_0) are fitted to\n"
              "activation statistics measured block by block on the calibration text (each block sees the\n"
              "outputs of the blocks already quantized); other types use their reference encoders. With\n"
@@ -192,6 +208,11 @@ int run(const std::vector<std::string>& args) {
              "sha256 of the source and of the calibration text, and each weight's relative output error.\n"
              "--tensor-type, --output-tensor-type and --token-embedding-type override the plan as\n"
              "llama-quantize's options do; the printed plan marks the tensors they decided.\n\n"
+             "Memory does not grow with the model's depth: the source stays memory-mapped, each block\n"
+             "weight is decoded when its turn comes, and finished blocks live in OUT.partial/ until the\n"
+             "output is written from there. Before any work the job prints what it will need in RAM\n"
+             "(one matrix's work, the calibration buffers) and refuses when the machine, or\n"
+             "--max-memory, has less (docs/scale.md).\n\n"
              "Crash-safe: every finished block is kept in OUT.partial/ (checksummed, with the inputs and\n"
              "options it belongs to) and OUT appears, complete, only at the end. After a kill or an error,\n"
              "rerun the same command with --resume to continue from the last finished block; the result is\n"
@@ -204,6 +225,11 @@ int run(const std::vector<std::string>& args) {
     return 0;
   quant::QuantizeOptions o;
   o.source = vm["model"].as<std::string>();
+  if (vm.count("max-memory")) try {
+      o.max_memory = parse_byte_size(vm["max-memory"].as<std::string>(), "--max-memory");
+    } catch (const Error& e) {
+      throw po::error(e.what());  // a usage error (exit 2), as any other bad option value
+    }
   o.dry_run = vm["dry-run"].as<bool>();
   if (vm.count("out")) o.output = vm["out"].as<std::string>();
   else if (!o.dry_run) throw po::error("the option '--out' is required but missing");
@@ -249,7 +275,9 @@ int run(const std::vector<std::string>& args) {
   quant::QuantizeEvents ev;
   ev.info = [log](const std::string& s) { std::fprintf(log, "%s%s", s.c_str(), s.ends_with('\n') ? "" : "\n"); std::fflush(log); };
   ev.block_done = [](const calib::BlockDone& b) {
-    Progress("calibrate blocks", b.n_blocks).update(b.block + 1, b.seconds, "peak RSS " + human_bytes(double(b.peak_rss_bytes)));
+    Progress(b.what, b.n_blocks)
+        .update(b.block + 1, b.seconds,
+                "peak RSS " + human_bytes(double(b.peak_rss_bytes)) + ", anonymous now " + human_bytes(double(anon_rss_bytes())));
   };
   const quant::QuantizeResult r = quant::quantize_model(o, ev);
   if (o.dry_run) return 0;

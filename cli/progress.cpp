@@ -21,11 +21,4 @@ void Progress::update(int64_t done, double s, const std::string& note) {
                static_cast<long long>(total_), s, eta, note.empty() ? "" : ", ", note.c_str());
 }
 
-std::string human_bytes(double b) {
-  char buf[64];
-  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  else std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024));
-  return buf;
-}
-
 }  // namespace bonsai::cli

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "formats/byte_size.h"  // human_bytes, which the callers' notes use
+
 namespace bonsai::cli {
 
 class Progress {
@@ -24,8 +26,5 @@ class Progress {
   std::chrono::steady_clock::time_point last_;  // when the last line was printed
   bool printed_ = false;
 };
-
-// "1.23 GiB", "45.6 MiB".
-std::string human_bytes(double bytes);
 
 }  // namespace bonsai::cli

@@ -479,6 +479,7 @@ void write_bonsai(const std::string& path, const Metadata& meta_in, std::span<co
     put_u64(region, offset);
     put_u64(region, t.nbytes);
     put_u64(region, data_checksum(t.data, t.nbytes));
+    MappedFile::release(t.data, t.nbytes);  // a tensor in a map (a job's checkpoint): read again below
     put_string(region, links[i].base);
     offset += t.nbytes;
   }
@@ -498,6 +499,7 @@ void write_bonsai(const std::string& path, const Metadata& meta_in, std::span<co
   for (const Tensor& t : tensors) {
     f.pad_to(h.alignment);  // data_offset is aligned, so file alignment = data-section alignment
     f.write(t.data, t.nbytes);
+    MappedFile::release(t.data, t.nbytes);  // streamed from a map: its pages need not stay resident
   }
   f.commit();
 }

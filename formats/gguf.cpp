@@ -185,6 +185,8 @@ void write_gguf(const std::string& path, const Metadata& meta, std::span<const T
   out.pad_to(align);
   for (const Tensor& t : tensors) {
     out.write(t.data, t.nbytes);
+    // Streamed from a map (a quantize job's checkpoint files): its pages need not stay resident.
+    MappedFile::release(t.data, t.nbytes);
     out.pad_to(align);
   }
   out.commit();

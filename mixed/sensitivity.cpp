@@ -29,9 +29,6 @@ TypeId type_named(const std::string& s, const std::string& source) {
   return t->id;
 }
 
-// The seven matrices of block l, in the order the pipeline quantizes them.
-std::vector<const Tensor**> block_slots(LayerWeights& l) { return {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}; }
-
 }  // namespace
 
 int64_t TensorSensitivity::elements() const {
@@ -276,7 +273,7 @@ SensitivityTable measure_sensitivity(const SensitivityOptions& o, const Sensitiv
            "; mean mass outside the top ", o.top_k, ": ", t.base_rest_mass));
   if (t.tensors.empty())
     for (auto& layer : model->layers)
-      for (const Tensor** slot : block_slots(layer)) {
+      for (const Tensor** slot : layer.slots()) {
         TensorSensitivity e;
         e.name = (*slot)->name;
         e.kind = tensor_kind(e.name);
@@ -310,7 +307,7 @@ SensitivityTable measure_sensitivity(const SensitivityOptions& o, const Sensitiv
     if (!qr.stats_loaded && quant::is_ternary(ty)) throw Error(cat(o.stats, ": statistics were not reused"));
     const TensorSet q = open_model(qo.output);
     for (auto& layer : model->layers)
-      for (const Tensor** slot : block_slots(layer)) {
+      for (const Tensor** slot : layer.slots()) {
         const Tensor* qt = q.find((*slot)->name);
         if (!qt || qt->type != ty) fail(qo.output, "no ", traits(ty).name, " tensor '", (*slot)->name, "'");
         const Tensor* keep = *slot;

@@ -43,17 +43,39 @@ std::string hex64(uint64_t v) {
 // only these are ever removed, so a folder the user filled by mistake loses nothing of theirs.
 bool ours(std::string name) {
   if (const size_t t = name.rfind(".tmp."); t != std::string::npos && t + 11 == name.size()) name.resize(t);
-  if (name == "state.json" || name == "lock") return true;
+  if (name == "state.json" || name == "lock" || name == "outer.gguf") return true;
   for (const char* p : {"block-", "stats-", "hidden-"})
     if (name.starts_with(p) && (name.ends_with(".gguf") || name.ends_with(".f32")) && name.find('/') == std::string::npos)
       return true;
   return false;
 }
 
+// Read in pieces rather than mapped: a gigabyte of hidden states, mapped whole, would count in the
+// process's peak RSS for the instant of the checksum.
 uint64_t file_xxh3(const std::string& path, uint64_t* size) {
-  const auto map = MappedFile::open(path);
-  *size = map->size();
-  return XXH3_64bits(map->data(), map->size());
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, "cannot open: ", std::strerror(errno));
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  std::vector<uint8_t> buf(size_t(1) << 20);
+  *size = 0;
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      XXH3_freeState(st);
+      ::close(fd);
+      fail(path, "cannot read: ", std::strerror(e));
+    }
+    if (n == 0) break;
+    XXH3_64bits_update(st, buf.data(), size_t(n));
+    *size += uint64_t(n);
+  }
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  ::close(fd);
+  return h;
 }
 
 }  // namespace
@@ -198,10 +220,10 @@ void JobCheckpoint::save_block(int64_t l, const BlockCheckpoint& b) {
   for (const auto& [name, f] : files_.items())
     if (name.starts_with("hidden-")) stale.push_back(name);
   for (const auto& name : stale) files_.erase(name);
-  if (b.hidden) {
+  if (!b.hidden.empty()) {
     const std::string name = numbered("hidden", l, ".f32");
     AtomicFile f(file(name));
-    f.write(b.hidden->data(), b.hidden->size() * sizeof(float));
+    f.write(b.hidden.data(), b.hidden.size() * sizeof(float));
     f.commit();
     record(name);
   }
@@ -225,21 +247,30 @@ TensorSet JobCheckpoint::load_block(int64_t l, nlohmann::ordered_json* errors) c
   return ts;
 }
 
-calib::Stats JobCheckpoint::load_stats(int64_t l) const {
+std::string JobCheckpoint::stats_file(int64_t l) const {
   const std::string name = numbered("stats", l, ".gguf");
   if (!files_.contains(name)) fail(file(name), "is not in the checkpoint (the job kept no statistics for block ", l, ")");
-  return calib::load_stats(file(name));
+  return file(name);
 }
 
-std::vector<float> JobCheckpoint::load_hidden(int64_t l, uint64_t count) const {
+void JobCheckpoint::load_hidden(int64_t l, float* dst, uint64_t count) const {
   const std::string name = numbered("hidden", l, ".f32");
   if (!files_.contains(name)) fail(file(name), "is not in the checkpoint (no hidden states after block ", l, ")");
   const auto map = MappedFile::open(file(name));
   if (map->size() != count * sizeof(float))
     fail(file(name), "holds ", map->size(), " bytes, the calibration needs ", count, " floats");
-  std::vector<float> v(count);
-  std::memcpy(v.data(), map->data(), map->size());
-  return v;
+  std::memcpy(dst, map->data(), map->size());
+}
+
+void JobCheckpoint::save_outer(std::span<const Tensor> tensors) {
+  write_gguf(file("outer.gguf"), Metadata{}, tensors);
+  record("outer.gguf");
+  write_state();
+}
+
+std::optional<TensorSet> JobCheckpoint::load_outer() const {
+  if (!files_.contains("outer.gguf")) return std::nullopt;
+  return read_gguf(file("outer.gguf"));
 }
 
 void JobCheckpoint::clear() {

@@ -3,6 +3,8 @@
 //   state.json       which job this is (inputs, options, seed: `job`), how many blocks are done,
 //                    and every file below with its size and XXH3-64 checksum;
 //   block-LLL.gguf   block L's quantized tensors (and their residual tensors), its weights' errors;
+//   outer.gguf       the matrices outside the blocks (embedding, head) in their plan types, made
+//                    before block 0;
 //   stats-LLL.gguf   block L's input statistics (only when the job saves --stats at the end);
 //   hidden-LLL.f32   the calibration hidden states after block L (only the latest is kept);
 //   lock             flock()ed while a job runs, so two jobs never share the folder.
@@ -12,6 +14,8 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,7 +33,7 @@ struct BlockCheckpoint {
   std::vector<Tensor> tensors;       // quantized weights and their residual tensors
   nlohmann::ordered_json errors;     // the block's weights' errors (pipeline's WeightError, as JSON)
   const calib::Stats* stats = nullptr;          // the block's input statistics, or null
-  const std::vector<float>* hidden = nullptr;   // the hidden states after the block, or null
+  std::span<const float> hidden;                // the hidden states after the block, or empty
 };
 
 class JobCheckpoint {
@@ -55,10 +59,17 @@ class JobCheckpoint {
 
   // Records block `l` (which must be blocks_done()) as finished.
   void save_block(int64_t l, const BlockCheckpoint& b);
-  // Finished blocks, read back (checksums were verified by begin()).
+  // Finished blocks, read back (checksums were verified by begin()): memory-mapped, so a finished
+  // block costs no memory until its pages are read.
   TensorSet load_block(int64_t l, nlohmann::ordered_json* errors) const;
-  calib::Stats load_stats(int64_t l) const;                   // Error when the job kept none
-  std::vector<float> load_hidden(int64_t l, uint64_t count) const;  // Error when not `count` floats
+  // Block l's statistics file (Error when the job kept none), for calib::StatsFile / merge_stats.
+  std::string stats_file(int64_t l) const;
+  // The hidden states after block l into dst (Error when the file does not hold `count` floats).
+  void load_hidden(int64_t l, float* dst, uint64_t count) const;
+  // The matrices outside the blocks, recorded once (before block 0), and read back (mapped);
+  // nullopt when this job has not saved them yet.
+  void save_outer(std::span<const Tensor> tensors);
+  std::optional<TensorSet> load_outer() const;
 
   // After the output is in place: removes the folder.
   void finish();

@@ -1,10 +1,14 @@
-// The quantize pipeline: source model (Hugging Face folder, GGUF, .bonsai) -> a Model whose block
-// matrices are F32 working copies (rotated when asked) -> calibration block by block, each block
-// quantized by its plan entry as soon as its input statistics are known (or statistics reused from
-// a file, with no model forward) -> GGUF or .bonsai with the quantized tensors, F32 norms, the
-// source's metadata, and for .bonsai the plan, provenance and per-weight errors. The result does
-// not depend on the thread count; a job killed at any point resumes from its last finished block
-// (quantize/checkpoint.h) and writes the same bytes as one that was never interrupted.
+// The quantize pipeline: source model (Hugging Face folder, GGUF, .bonsai) -> calibration block by
+// block, each block quantized by its plan entry as soon as its input statistics are known (or
+// statistics reused from a file, with no model forward) -> GGUF or .bonsai with the quantized
+// tensors, F32 norms, the source's metadata, and for .bonsai the plan, provenance and per-weight
+// errors. It streams, so that its memory does not grow with the model's depth: the source stays
+// memory-mapped, each block weight is decoded to F32 (and rotated) only when its turn comes, and a
+// finished block lives in its checkpoint file (quantize/checkpoint.h), from which the output is
+// written at the end. What it needs is predicted and printed before any work, and refused when the
+// machine (or --max-memory) has less (quantize/memory_plan.h). The result does not depend on the
+// thread count; a job killed at any point resumes from its last finished block and writes the same
+// bytes as one that was never interrupted. quantize/job.h has the phases.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -19,6 +23,7 @@
 #include "quantize/plan.h"
 #include "quantize/residual.h"
 #include "quantize/ternary.h"
+#include "quantize/weight_error.h"
 #include "runtime/model.h"
 
 namespace bonsai::quant {
@@ -45,8 +50,11 @@ struct QuantizeOptions {
   std::string from;                    // --from: a saved stage-1 result (GGUF or .bonsai) to start stage 2 from
   // Crash-safe jobs (quantize/checkpoint.h): each finished block is kept in OUT.partial/ until the
   // output is in place. `partial` says what to do with one a killed job left (--resume, --restart).
-  bool checkpoint = true;
   PartialMode partial = PartialMode::fresh;
+  // --max-memory: the RAM the job may take (0: what the machine has available). The calibration's
+  // window buffers beyond it spill to files beside the output; a job whose fixed part exceeds it
+  // is refused before any work.
+  uint64_t max_memory = 0;
 };
 
 struct QuantizeEvents {
@@ -54,29 +62,15 @@ struct QuantizeEvents {
   std::function<void(const calib::BlockDone&)> block_done;   // calibration progress
 };
 
-struct WeightError {
-  std::string name;
-  TypeId type = TypeId::F32;
-  std::optional<Method> method;
-  double rel_error = 0;  // relative output error
-  bool gram = false;     // measured with the Gram matrix (else importance-weighted)
-  // PQ2_0 (stage 2): the stage-1 (ternary) error on the same statistics, and the share of codes
-  // on the fourth level (+2, stored code 3). rel_error is the stage-2 result's, never above.
-  std::optional<double> stage1_error;
-  double plus2_share = 0;
-  int64_t elements = 0;
-  // With a residual: the error of the base alone (rel_error is then that of base + R̂), and the
-  // residual's stored bytes (codebooks, indices, μ/σ).
-  std::optional<double> grid_error;
-  uint64_t residual_bytes = 0;
-};
-
-// One step of the job: its time and the process's peak RSS (high-water mark) when it ended. The
-// calibration's four parts alternate block by block; they end together, so they share one peak.
+// One step of the job: its time, the process's peak RSS (high-water mark, mapped files' pages
+// included) when it ended, and the peak of its anonymous memory during the step (runtime/
+// anon_peak.h). The calibration's four parts alternate block by block; they end together, so they
+// share one peak.
 struct StageTime {
   std::string name;
   double seconds = 0;
   int64_t peak_rss_bytes = 0;
+  int64_t peak_anon_bytes = 0;
 };
 
 struct QuantizeResult {
@@ -87,6 +81,9 @@ struct QuantizeResult {
   int64_t calib_tokens = 0;  // tokens run through the model per block
   uint64_t file_bytes = 0;
   int64_t peak_rss_bytes = 0;
+  int64_t peak_anon_bytes = 0;
+  uint64_t predicted_ram_bytes = 0;  // memory_plan.h's prediction, printed before the work
+  uint64_t spilled_bytes = 0;        // calibration buffers placed in files
 };
 
 QuantizeResult quantize_model(const QuantizeOptions& opts, const QuantizeEvents& ev = {});
@@ -95,10 +92,12 @@ QuantizeResult quantize_model(const QuantizeOptions& opts, const QuantizeEvents&
 // else of ../shared/corpora/zh (from the working directory); empty when neither exists.
 std::vector<std::string> default_calib_files();
 
-// The model calibration runs on: the plan's block matrices as F32 copies (W·S·H when `rotation`
-// is given, which then becomes the model's HadamardSpec), the other matrices already in their plan
-// type, 1-D tensors as stored. Tensors left as stored point into `src`, which must outlive the
-// model. Exposed so tests can check that the rotation changes nothing.
+// The whole model as the methods see it, in memory: the plan's block matrices as F32 working
+// copies (matrix_quant.h's working_copy: W·S·H when `rotation` is given, which then becomes the
+// model's HadamardSpec), the other matrices in their plan type, 1-D tensors as stored. Tensors
+// left as stored point into `src`, which must outlive the model. The job itself never holds this
+// (it streams); tests use it to check that the rotation changes nothing, and as the in-memory
+// reference the streaming job must match byte for byte.
 std::unique_ptr<Model> working_model(const TensorSet& src, const ResolvedPlan& plan, const HadamardSpec* rotation,
                                      const MethodOptions& mo = {});
 

@@ -17,7 +17,7 @@ uint64_t weight_bytes_per_token(const Model& m, Backend* be) {
   auto bytes = [&](const Tensor& t) { return be ? be->read_bytes(t) : t.nbytes; };
   uint64_t b = 0;
   for (const LayerWeights& l : m.layers)
-    for (const Tensor* t : {l.wq, l.wk, l.wv, l.wo, l.gate, l.up, l.down}) {
+    for (const Tensor* t : l.matrices()) {
       b += bytes(*t);
       // A residual's codebooks and indices are read with its weight at every token.
       if (const auto it = m.residuals.find(t); it != m.residuals.end()) b += it->second.stored_bytes();

@@ -109,7 +109,7 @@ void load_residuals(Model& m) {
   const TensorSet& f = m.file;
   const KvValue* scheme = f.meta.find("bonsai.residual.scheme");
   for (const LayerWeights& l : m.layers)
-    for (const Tensor* w : {l.wq, l.wk, l.wv, l.wo, l.gate, l.up, l.down}) {
+    for (const Tensor* w : l.matrices()) {
       ResidualView v;
       if (!find_residual(f, *w, &v)) continue;
       const auto want = scheme ? f.meta.get_str("bonsai.residual.scheme") : std::nullopt;

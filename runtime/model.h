@@ -3,6 +3,7 @@
 // llama2.c). Weights stay in their stored types; the model only checks names and shapes and
 // records where every weight is. Backends (cpu/, cuda/) run it through backend.h.
 #pragma once
+#include <array>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -26,6 +27,13 @@ struct ModelConfig {
 
 struct LayerWeights {
   const Tensor *wq, *wk, *wv, *wo, *gate, *up, *down;
+  // The seven matrices in block order (q, k, v, output, gate, up, down), as values, or as slots
+  // for a quantizer to point at their replacements.
+  std::array<const Tensor*, 7> matrices() const { return {wq, wk, wv, wo, gate, up, down}; }
+  std::array<const Tensor**, 7> slots() { return {&wq, &wk, &wv, &wo, &gate, &up, &down}; }
+  // The first weight of each group of products that read one input (q/k/v, output, gate/up,
+  // down): whose name keys that input's calibration statistics.
+  std::array<const Tensor*, 4> group_inputs() const { return {wq, wo, gate, down}; }
   std::vector<float> attn_norm, ffn_norm, q_norm, k_norm;     // f32 copies (norms are tiny)
   std::vector<float> bias_q, bias_k, bias_v;
 };

@@ -62,8 +62,9 @@ void Session::linear(const Tensor& w, float* x, int64_t n, float* y, float* scra
   if (const auto it = m_.residuals.find(&w); it != m_.residuals.end()) be_.matmul_residual(it->second, x, n, y);
 }
 
-int64_t Session::block_input_width(int group) const {
-  const ModelConfig& c = m_.cfg;
+int64_t Session::block_input_width(int group) const { return block_input_width(m_.cfg, group); }
+
+int64_t Session::block_input_width(const ModelConfig& c, int group) {
   switch (group) {
     case 0: case 2: return c.n_embd;
     case 1: return c.n_head * c.head_dim;
@@ -85,8 +86,7 @@ void Session::run_block_step(int64_t l, int step, float* x, float* in, float* ou
 void Session::observe_group(int64_t l, int group, float* in, int64_t n, const LinearObserver& f) {
   if (group < 0 || group > 3) throw Error(cat("block input ", group, " does not exist (a block has four: 0..3)"));
   const LayerWeights& w = m_.layers[size_t(l)];
-  const Tensor* first[] = {w.wq, w.wo, w.gate, w.down};
-  const Tensor& t = *first[group];
+  const Tensor& t = *w.group_inputs()[size_t(group)];
   f(t, product_input(t, in, n, tmp_), n);
 }
 

@@ -40,6 +40,7 @@ class Session {
   static constexpr int kBlockSteps = 5;
   void run_block_step(int64_t l, int step, float* x, float* in, float* out, int64_t n);
   int64_t block_input_width(int group) const;
+  static int64_t block_input_width(const ModelConfig& c, int group);
   // Calls f once with group g's first weight and what its products see of `in` (input g, n rows;
   // rotated when the file rotates them): that group's calibration statistics.
   void observe_group(int64_t l, int group, float* in, int64_t n, const LinearObserver& f);

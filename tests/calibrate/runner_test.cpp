@@ -151,7 +151,7 @@ TEST(Runner, AdvancesWithTheWeightsTheCallbackPutIn) {
   EXPECT_GT(diff, 1e-3);
 }
 
-// Without keep_gram each Gram matrix lives until its group is quantized: the callback still sees
+// With KeepGram::group each Gram matrix lives until its group is quantized: the callback still sees
 // it, memory holds one block's, and the statistics returned keep E[x²] only.
 TEST(Runner, DropsGramMatricesOnceTheirGroupIsQuantized) {
   BONSAI_REQUIRE_SHARED(kModel);
@@ -160,7 +160,7 @@ TEST(Runner, DropsGramMatricesOnceTheirGroupIsQuantized) {
   const auto windows = windows_of(n, len, m->cfg.n_vocab);
   CalibrateOptions o;
   o.gram = true;
-  o.keep_gram = false;
+  o.keep_gram = KeepGram::group;
   int64_t seen = 0;
   const Stats got = calibrate_blocks(*m, windows, n, len, o, [&](int64_t, const std::string& input, const Stats& s) {
     const InputStats& st = s.by_weight.at(input);

@@ -193,9 +193,10 @@ TEST(FullDisk, FirstCheckpointFailsCleanly) {
   test::write_bytes(out, kOld);
   const auto before = test::entries(dir);
   std::string log;
-  // 16 KiB: the job's state fits, block 0's tensors do not.
+  // 16 KiB: the job's state fits, its first file (the embedding and head in their plan types,
+  // written before block 0) does not.
   ASSERT_EQ(test::run_bonsai(args, &log, file_size_limit(16 << 10)), 1) << log;
-  EXPECT_NE(log.find(test::partial(out) + "/block-000.gguf: write failed: File too large"), std::string::npos) << log;
+  EXPECT_NE(log.find(test::partial(out) + "/outer.gguf: write failed: File too large"), std::string::npos) << log;
   EXPECT_EQ(test::entries(dir), before) << "a failed job with no finished block must leave nothing";
   EXPECT_TRUE(test::read_bytes(out) == kOld);
 }
@@ -241,4 +242,27 @@ TEST(ReadOnlyFolder, FailsBeforeAnyWorkAndTouchesNothing) {
   EXPECT_EQ(log.find("plan "), std::string::npos) << "the job did work before finding it cannot write: " << log;
   EXPECT_EQ(test::entries(dir), (std::set<std::string>{"out.gguf"}));
   EXPECT_TRUE(test::read_bytes(out) == kOld);
+}
+
+// A --max-memory below what one block needs is refused before any work: the message says what the
+// job needs and the limit, and nothing is written (no checkpoint folder, the old output intact).
+TEST(MemoryLimit, TooSmallIsRefusedBeforeAnyWork) {
+  BONSAI_REQUIRE_SHARED(kStories);
+  const auto dir = test::scratch_dir();
+  const fs::path out = dir / "out.gguf";
+  test::write_bytes(out, kOld);
+  const auto before = test::entries(dir);
+  std::string log;
+  ASSERT_EQ(test::run_bonsai(stories_args(out) + " --max-memory 64M", &log), 1) << log;
+  EXPECT_NE(log.find("of RAM at its peak"), std::string::npos) << log;
+  EXPECT_NE(log.find("--max-memory is 64.0 MiB"), std::string::npos) << log;
+  EXPECT_EQ(log.find("quantize blocks"), std::string::npos) << "blocks ran before the refusal: " << log;
+  EXPECT_EQ(test::entries(dir), before);
+  EXPECT_TRUE(test::read_bytes(out) == kOld);
+  // A size that is not one is a usage error naming the option.
+  ASSERT_EQ(test::run_bonsai(stories_args(out) + " --max-memory lots", &log), 2) << log;
+  EXPECT_NE(log.find("--max-memory: 'lots' is not a size"), std::string::npos) << log;
+  // Enough memory: the job says what it needs, then runs.
+  ASSERT_EQ(test::run_bonsai(stories_args(out) + " --max-memory 8G", &log), 0) << log;
+  EXPECT_NE(log.find("of RAM at the peak (limit 8.00 GiB: --max-memory)"), std::string::npos) << log;
 }
