@@ -172,21 +172,9 @@ plot::XYChart pareto_chart(const std::vector<SweepRow>& rows, const std::string&
   return c;
 }
 
-std::vector<SweepRow> run_sweep(const SweepOptions& o, const SweepEvents& ev) {
-  auto info = [&](const std::string& s) {
-    if (ev.info) ev.info(s);
-  };
-  const std::string dir = o.out_dir;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (!fs::is_directory(dir, ec)) fail(dir, "cannot create the output folder");
-  const std::string stats = o.stats.empty() ? (fs::path(dir) / "stats.gguf").string() : o.stats;
-
+std::vector<SweepTask> sweep_tasks(const SweepOptions& o) {
   // Row names: the plans' own, distinct, and not the references'.
-  struct Job {
-    std::string name, plan, kind;
-  };
-  std::vector<Job> jobs;
+  std::vector<SweepTask> tasks;
   std::set<std::string> names = {"bf16"};
   for (const std::string& p : o.plans) {
     const quant::Plan plan = quant::load_plan(p);
@@ -195,153 +183,291 @@ std::vector<SweepRow> run_sweep(const SweepOptions& o, const SweepEvents& ev) {
     for (char ch : plan.name)
       if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.')
         fail(p, "plan name '", plan.name, "' has a character other than letters, digits, '-', '_', '.'");
-    jobs.push_back({plan.name, p, "plan"});
+    tasks.push_back({plan.name, "plan", p});
   }
-  if (o.q8_reference) {
-    const std::string q8 = (fs::path(dir) / "q8_0.yaml").string();
-    write_text_file(q8, "name: q8_0\ndescription: reference, every matrix Q8_0 (as bonsai convert --type q8_0)\ndefault: Q8_0\n");
-    jobs.push_back({"q8_0", q8, "reference"});
+  if (o.q8_reference) tasks.push_back({"q8_0", "reference", (fs::path(o.out_dir) / "q8_0.yaml").string()});
+  return tasks;
+}
+
+namespace {
+
+const char kQ8Plan[] = "name: q8_0\ndescription: reference, every matrix Q8_0 (as bonsai convert --type q8_0)\ndefault: Q8_0\n";
+
+std::string stats_path(const SweepOptions& o) {
+  return o.stats.empty() ? (fs::path(o.out_dir) / "stats.gguf").string() : o.stats;
+}
+std::string base_kld_path(const SweepOptions& o) { return (fs::path(o.out_dir) / "bf16.kld").string(); }
+bool exists(const std::string& path) {
+  std::error_code ec;
+  return fs::exists(path, ec);
+}
+
+// What `bonsai quantize` is asked for row `t`: one definition for the real run and the dry run.
+quant::QuantizeOptions quantize_options(const SweepOptions& o, const SweepTask& t) {
+  quant::QuantizeOptions qo;
+  qo.source = o.model;
+  qo.output = (fs::path(o.out_dir) / (t.name + ".gguf")).string();
+  qo.plan = t.plan;
+  qo.method = o.method;
+  qo.stats_path = stats_path(o);
+  qo.calib_files = o.calib_files;
+  qo.calib_windows = o.calib_windows;
+  qo.calib_len = o.calib_len;
+  qo.seed = o.seed;
+  return qo;
+}
+
+// Whether quantizing plan `t` needs the statistics file (some tensor's method uses E[x²]): the
+// plan resolved against the model's tensors, nothing computed.
+bool needs_statistics(const SweepOptions& o, const SweepTask& t) {
+  if (t.kind != "plan") return false;
+  quant::QuantizeOptions qo = quantize_options(o, t);
+  qo.dry_run = true;
+  return quant::quantize_model(qo).plan.needs_importance();
+}
+
+[[noreturn]] void missing_base(const std::string& file) {
+  fail(file, "missing: the BF16 base (row and distributions, the KLD base) is made by `bonsai sweep ... --prepare` ",
+       "with the same options, which must finish before the tasks start");
+}
+
+// A task's inputs that `prepare` makes, checked before any work: an Error naming the first missing.
+void check_task_inputs(const SweepOptions& o, const SweepTask& t) {
+  for (const std::string& f : {row_path(o.out_dir, "bf16"), base_kld_path(o)})
+    if (!exists(f)) missing_base(f);
+  if (!exists(row_path(o.out_dir, t.name)) && !exists(stats_path(o)) && needs_statistics(o, t))
+    fail(stats_path(o), "missing: plan '", t.name, "' (", t.plan, ") needs the statistics file, which `bonsai sweep ... ",
+         "--prepare` measures; a task never measures it (concurrent tasks would race to write it)");
+}
+
+// The state the rows share: the base model, the evaluation tokens, the base's distributions (the
+// KLD base), the statistics file's path.
+class Sweep {
+ public:
+  Sweep(const SweepOptions& o, const SweepEvents& ev)
+      : o_(o),
+        ev_(ev),
+        dir_(o.out_dir),
+        stats_(stats_path(o)),
+        base_kld_(base_kld_path(o)) {
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    if (!fs::is_directory(dir_, ec)) fail(dir_, "cannot create the output folder");
+    backend_ = make_backend(o.device, o.threads);
+    base_model_ = load_model(o.model);
+    const auto tok = model_tokenizer(*base_model_);
+    po_.n_ctx = o.ctx;
+    po_.max_chunks = o.chunks;
+    po_.add_bos = tok->add_bos_default();
+    po_.bos = tok->bos();
+    tokens_ = tok->encode(read_text_file(o.eval_text), po_.add_bos, false);
+    kh_.n_vocab = base_model_->cfg.n_vocab;
+    kh_.n_ctx = o.ctx;
+    kh_.k = o.kl_top_k;
+    kh_.tokens_hash = hash_tokens(tokens_);
   }
 
-  std::vector<SweepRow> rows;
-  auto write_summary = [&] {
-    nlohmann::ordered_json all = nlohmann::ordered_json::array();
-    for (const SweepRow& r : rows) all.push_back(to_json(r));
-    write_text_file((fs::path(dir) / "sweep.json").string(), all.dump(1) + "\n");
-    write_text_file((fs::path(dir) / "sweep.csv").string(), rows_csv(rows));
-    write_text_file((fs::path(dir) / "pareto.svg").string(),
-                    plot::render(pareto_chart(rows, "perplexity against bits/weight: " + fs::path(o.eval_text).filename().string())));
-  };
+  const std::string& stats() const { return stats_; }
+  bool stats_exist() const { return exists(stats_); }
 
-  // The base: BF16 as stored. Its distributions are every row's KLD base.
-  auto backend = make_backend(o.device, o.threads);
-  const std::string base_kld = (fs::path(dir) / "bf16.kld").string();
-  std::unique_ptr<Model> base_model = load_model(o.model);
-  const auto tok = model_tokenizer(*base_model);
-  PerplexityOptions po;
-  po.n_ctx = o.ctx;
-  po.max_chunks = o.chunks;
-  po.add_bos = tok->add_bos_default();
-  po.bos = tok->bos();
-  const std::vector<int32_t> tokens = tok->encode(read_text_file(o.eval_text), po.add_bos, false);
-  KldHeader kh;
-  kh.n_vocab = base_model->cfg.n_vocab;
-  kh.n_ctx = o.ctx;
-  kh.k = o.kl_top_k;
-  kh.tokens_hash = hash_tokens(tokens);
-  std::vector<BaseDist> base;
-  auto block_linear = [](const TensorSet& ts, SweepRow& r) {
-    for (const Tensor& t : ts.tensors) {
-      r.tensor_bytes += t.nbytes;
-      if (quant::block_index(t.name) >= 0 && t.ne.size() >= 2 && !t.name.ends_with(".rc_codebook") &&
-          t.name.ends_with(".weight"))
-        r.block_linear_bytes += t.nbytes, r.block_linear_elems += t.nelements();
-    }
-    r.bpw_block = r.block_linear_elems ? 8.0 * double(r.block_linear_bytes) / double(r.block_linear_elems) : 0;
-  };
-  auto measure = [&](const Model& m, SweepRow& r, bool save) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const KldRun run = perplexity_kld(m, *backend, tokens, po, o.eval_text, save ? o.kl_top_k : 0, save ? nullptr : &base,
-                                      base_kld, [&](int64_t i, double ppl) {
-                                        if ((i + 1) % 25 == 0) info(cat("  ", r.name, ": chunk ", i + 1, ", running PPL ", ppl));
-                                      });
-    r.eval_s = since(t0);
-    r.ppl = run.ppl.ppl;
-    r.ppl_err = run.ppl.ppl_err;
-    r.chunks = run.ppl.chunks;
-    r.tokens_scored = run.ppl.tokens_scored;
-    if (save) {
-      kh.chunks = run.ppl.chunks;
-      write_kld(base_kld, kh, run.saved);
-      base = run.saved;
-    } else {
-      r.kld_mean = run.kld.mean, r.kld_err = run.kld.mean_err, r.kld_p99 = run.kld.p99, r.top1 = run.kld.top1_agree;
-    }
-  };
+  // The BF16 row, its distributions loaded as the KLD base: read back when finished earlier (the
+  // saved distributions checked against this run's text and context), else measured and saved
+  // when `may_measure`, else an Error naming the missing file.
+  SweepRow base(bool may_measure);
+  // `t`'s row: read back when finished earlier, else quantized (OUT/NAME.gguf, its log beside it),
+  // measured and saved.
+  SweepRow row(const SweepTask& t);
+  void write_summary(const std::vector<SweepRow>& rows) const;
 
-  std::optional<SweepRow> bf16 = finished_row(dir, "bf16");
-  if (bf16 && fs::exists(base_kld, ec)) {
-    KldHeader bh;
-    base = read_kld(base_kld, &bh);
-    check_kld_base(base_kld, bh, kh);
-    info(cat("bf16: finished earlier (", row_path(dir, "bf16"), ", ", base_kld, "), skipped"));
+ private:
+  void info(const std::string& s) const {
+    if (ev_.info) ev_.info(s);
+  }
+  void measure(const Model& m, SweepRow& r, bool save);
+
+  const SweepOptions& o_;
+  const SweepEvents& ev_;
+  const std::string dir_, stats_, base_kld_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> base_model_;
+  PerplexityOptions po_;
+  std::vector<int32_t> tokens_;
+  KldHeader kh_;
+  std::vector<BaseDist> base_;
+  bool calibrated_here_ = false;
+};
+
+void block_linear(const TensorSet& ts, SweepRow& r) {
+  for (const Tensor& t : ts.tensors) {
+    r.tensor_bytes += t.nbytes;
+    if (quant::block_index(t.name) >= 0 && t.ne.size() >= 2 && !t.name.ends_with(".rc_codebook") &&
+        t.name.ends_with(".weight"))
+      r.block_linear_bytes += t.nbytes, r.block_linear_elems += t.nelements();
+  }
+  r.bpw_block = r.block_linear_elems ? 8.0 * double(r.block_linear_bytes) / double(r.block_linear_elems) : 0;
+}
+
+void Sweep::measure(const Model& m, SweepRow& r, bool save) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const KldRun run = perplexity_kld(m, *backend_, tokens_, po_, o_.eval_text, save ? o_.kl_top_k : 0, save ? nullptr : &base_,
+                                    base_kld_, [&](int64_t i, double ppl) {
+                                      if ((i + 1) % 25 == 0) info(cat("  ", r.name, ": chunk ", i + 1, ", running PPL ", ppl));
+                                    });
+  r.eval_s = since(t0);
+  r.ppl = run.ppl.ppl;
+  r.ppl_err = run.ppl.ppl_err;
+  r.chunks = run.ppl.chunks;
+  r.tokens_scored = run.ppl.tokens_scored;
+  if (save) {
+    kh_.chunks = run.ppl.chunks;
+    write_kld(base_kld_, kh_, run.saved);
+    base_ = run.saved;
   } else {
-    SweepRow r;
-    r.name = "bf16";
-    r.kind = "reference";
-    r.plan = "";
-    r.statistics = "not needed";
-    block_linear(base_model->file, r);
-    std::error_code e2;
-    r.file_bytes = fs::is_regular_file(o.model, e2) ? fs::file_size(o.model, e2) : 0;
-    info(cat("bf16: perplexity of ", o.model, " on ", o.eval_text, " (ctx ", o.ctx, "), saving its distributions to ",
-             base_kld));
-    measure(*base_model, r, true);
-    save_row(dir, r);
-    bf16 = r;
+    r.kld_mean = run.kld.mean, r.kld_err = run.kld.mean_err, r.kld_p99 = run.kld.p99, r.top1 = run.kld.top1_agree;
   }
-  rows.push_back(*bf16);
-  write_summary();
+}
 
-  bool calibrated_here = false;
-  for (const Job& job : jobs) {
-    if (auto done = finished_row(dir, job.name)) {
-      info(cat(job.name, ": finished earlier (", row_path(dir, job.name), "), skipped"));
-      rows.push_back(*done);
-      continue;
-    }
-    SweepRow r;
-    r.name = job.name;
-    r.kind = job.kind;
-    r.plan = job.plan;
-    quant::QuantizeOptions qo;
-    qo.source = o.model;
-    qo.output = (fs::path(dir) / (job.name + ".gguf")).string();
-    qo.plan = job.plan;
-    qo.method = o.method;
-    qo.stats_path = stats;
-    qo.calib_files = o.calib_files;
-    qo.calib_windows = o.calib_windows;
-    qo.calib_len = o.calib_len;
-    qo.seed = o.seed;
-    std::string log;
-    quant::QuantizeEvents qe;
-    qe.info = [&](const std::string& s) { log += s + "\n"; };
-    const bool stats_there = fs::exists(stats, ec);
-    info(cat(job.name, ": bonsai quantize --plan ", job.plan, " --stats ", stats,
-             stats_there ? " (statistics file present: reused, no calibration forward)" : " (no statistics file yet)"));
-    const auto t0 = std::chrono::steady_clock::now();
-    const quant::QuantizeResult qr = quant::quantize_model(qo, qe);
-    r.quantize_s = since(t0);
-    write_text_file((fs::path(dir) / (job.name + ".quantize.log")).string(), log);
-    if (qr.calibrated) {
-      if (calibrated_here || stats_there) throw Error(cat(job.name, ": calibrated again although ", stats, " existed"));
-      calibrated_here = true;
-      r.statistics = "calibrated";
-      info(cat("  statistics: calibrated (model forward over ", qr.calib_tokens, " tokens per block) and saved to ", stats));
-    } else if (qr.stats_loaded) {
-      r.statistics = "loaded";
-      info(cat("  statistics: loaded from ", stats, ", no model forward for calibration"));
-    } else {
-      r.statistics = "not needed";
-      info("  statistics: not needed (no calibrated method in this plan)");
-    }
-    r.file_bytes = qr.file_bytes;
-    auto m = load_model(qo.output);
-    block_linear(m->file, r);
-    char b[160];
-    std::snprintf(b, sizeof b, "  quantized in %.1f s: %.4f bits/weight over the block linear weights, %.2f MiB of tensors",
-                  r.quantize_s, r.bpw_block, double(r.tensor_bytes) / (1024.0 * 1024.0));
-    info(b);
-    measure(*m, r, false);
-    std::snprintf(b, sizeof b, "  PPL %.4f +/- %.4f, KLD %.6f +/- %.6f (%.1f s)", r.ppl, r.ppl_err, *r.kld_mean, *r.kld_err,
-                  r.eval_s);
-    info(b);
-    save_row(dir, r);
-    rows.push_back(r);
-    write_summary();
+SweepRow Sweep::base(bool may_measure) {
+  std::error_code ec;
+  std::optional<SweepRow> bf16 = finished_row(dir_, "bf16");
+  const bool kld_there = fs::exists(base_kld_, ec);
+  if (bf16 && kld_there) {
+    KldHeader bh;
+    base_ = read_kld(base_kld_, &bh);
+    check_kld_base(base_kld_, bh, kh_);
+    info(cat("bf16: finished earlier (", row_path(dir_, "bf16"), ", ", base_kld_, "), skipped"));
+    return *bf16;
   }
-  write_summary();
+  if (!may_measure) missing_base(bf16 ? base_kld_ : row_path(dir_, "bf16"));
+  SweepRow r;
+  r.name = "bf16";
+  r.kind = "reference";
+  r.plan = "";
+  r.statistics = "not needed";
+  block_linear(base_model_->file, r);
+  r.file_bytes = fs::is_regular_file(o_.model, ec) ? fs::file_size(o_.model, ec) : 0;
+  info(cat("bf16: perplexity of ", o_.model, " on ", o_.eval_text, " (ctx ", o_.ctx, "), saving its distributions to ",
+           base_kld_));
+  measure(*base_model_, r, true);
+  save_row(dir_, r);
+  return r;
+}
+
+SweepRow Sweep::row(const SweepTask& t) {
+  if (auto done = finished_row(dir_, t.name)) {
+    info(cat(t.name, ": finished earlier (", row_path(dir_, t.name), "), skipped"));
+    return *done;
+  }
+  if (t.kind == "reference") write_text_file(t.plan, kQ8Plan);
+  SweepRow r;
+  r.name = t.name;
+  r.kind = t.kind;
+  r.plan = t.plan;
+  const quant::QuantizeOptions qo = quantize_options(o_, t);
+  std::string log;
+  quant::QuantizeEvents qe;
+  qe.info = [&](const std::string& s) { log += s + "\n"; };
+  const bool stats_there = stats_exist();
+  info(cat(t.name, ": bonsai quantize --plan ", t.plan, " --stats ", stats_,
+           stats_there ? " (statistics file present: reused, no calibration forward)" : " (no statistics file yet)"));
+  const auto t0 = std::chrono::steady_clock::now();
+  const quant::QuantizeResult qr = quant::quantize_model(qo, qe);
+  r.quantize_s = since(t0);
+  write_text_file((fs::path(dir_) / (t.name + ".quantize.log")).string(), log);
+  if (qr.calibrated) {
+    if (calibrated_here_ || stats_there) throw Error(cat(t.name, ": calibrated again although ", stats_, " existed"));
+    calibrated_here_ = true;
+    r.statistics = "calibrated";
+    info(cat("  statistics: calibrated (model forward over ", qr.calib_tokens, " tokens per block) and saved to ", stats_));
+  } else if (qr.stats_loaded) {
+    r.statistics = "loaded";
+    info(cat("  statistics: loaded from ", stats_, ", no model forward for calibration"));
+  } else {
+    r.statistics = "not needed";
+    info("  statistics: not needed (no calibrated method in this plan)");
+  }
+  r.file_bytes = qr.file_bytes;
+  auto m = load_model(qo.output);
+  block_linear(m->file, r);
+  char b[160];
+  std::snprintf(b, sizeof b, "  quantized in %.1f s: %.4f bits/weight over the block linear weights, %.2f MiB of tensors",
+                r.quantize_s, r.bpw_block, double(r.tensor_bytes) / (1024.0 * 1024.0));
+  info(b);
+  measure(*m, r, false);
+  std::snprintf(b, sizeof b, "  PPL %.4f +/- %.4f, KLD %.6f +/- %.6f (%.1f s)", r.ppl, r.ppl_err, *r.kld_mean, *r.kld_err,
+                r.eval_s);
+  info(b);
+  save_row(dir_, r);
+  return r;
+}
+
+void Sweep::write_summary(const std::vector<SweepRow>& rows) const {
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  for (const SweepRow& r : rows) all.push_back(to_json(r));
+  write_text_file((fs::path(dir_) / "sweep.json").string(), all.dump(1) + "\n");
+  write_text_file((fs::path(dir_) / "sweep.csv").string(), rows_csv(rows));
+  write_text_file((fs::path(dir_) / "pareto.svg").string(),
+                  plot::render(pareto_chart(rows, "perplexity against bits/weight: " + fs::path(o_.eval_text).filename().string())));
+}
+
+// "3 tasks, 0 to 2 (0 b19, 1 b22, 2 q8_0)": what a job array's --array must cover.
+std::string task_list(const std::vector<SweepTask>& tasks) {
+  if (tasks.empty()) return "no tasks";
+  std::string s = cat(tasks.size(), " tasks, 0 to ", tasks.size() - 1, " (");
+  for (size_t i = 0; i < tasks.size(); ++i) s += cat(i ? ", " : "", i, " ", tasks[i].name);
+  return s + ")";
+}
+
+// The first job of an array: the base, then (while there is no statistics file) the rows in order
+// until one that needs statistics has measured them, exactly as `all` would, so every task finds
+// the same file `all` would have used.
+std::vector<SweepRow> prepare(Sweep& s, const std::vector<SweepTask>& tasks, const SweepOptions& o) {
+  std::vector<SweepRow> rows = {s.base(true)};
+  for (const SweepTask& t : tasks) {
+    if (s.stats_exist() || t.kind != "plan") break;
+    if (finished_row(o.out_dir, t.name) || !needs_statistics(o, t)) continue;
+    rows.push_back(s.row(t));
+    break;
+  }
+  return rows;
+}
+
+}  // namespace
+
+std::vector<SweepRow> run_sweep(const SweepOptions& o, const SweepEvents& ev) {
+  auto info = [&](const std::string& s) {
+    if (ev.info) ev.info(s);
+  };
+  const std::vector<SweepTask> tasks = sweep_tasks(o);
+  // Before the model is loaded: a wrong index fails at once, not after seconds of loading.
+  if (o.step == SweepStep::task && (o.task_index < 0 || o.task_index >= int64_t(tasks.size())))
+    throw Error(cat("task index ", o.task_index, " is out of range: this sweep has ", task_list(tasks)));
+  if (o.step == SweepStep::task) check_task_inputs(o, tasks[size_t(o.task_index)]);
+  Sweep s(o, ev);
+  std::vector<SweepRow> rows;
+  switch (o.step) {
+    case SweepStep::all:
+      rows.push_back(s.base(true));
+      s.write_summary(rows);
+      for (const SweepTask& t : tasks) {
+        rows.push_back(s.row(t));
+        s.write_summary(rows);
+      }
+      return rows;
+    case SweepStep::prepare:
+      rows = prepare(s, tasks, o);
+      info(s.stats_exist() ? cat("statistics: ", s.stats(), " (every task reuses it)")
+                           : cat("statistics: none (no unfinished plan's method uses them)"));
+      info(cat("prepared: the job array's ", task_list(tasks), " can start"));
+      return rows;
+    case SweepStep::task: {
+      const SweepTask& t = tasks[size_t(o.task_index)];
+      rows.push_back(s.base(false));
+      info(cat("task ", o.task_index, " of ", tasks.size(), ": ", t.name));
+      rows.push_back(s.row(t));
+      return rows;
+    }
+  }
   return rows;
 }
 

@@ -49,6 +49,13 @@ plot::XYChart pareto_chart(const std::vector<SweepRow>& rows, const std::string&
 // Indices of the rows on the lower-left front (no other row both smaller and better).
 std::vector<size_t> pareto_front(const std::vector<SweepRow>& rows);
 
+// What one invocation runs. `all` is the sweep on one machine. A job array splits it in three
+// jobs: `prepare` makes what every task shares (the BF16 row and its distributions, the KLD base;
+// the statistics file, measured by the first plan that needs it, as `all` does), then each `task`
+// runs one row of sweep_tasks() and nothing shared, then `all` finds every row finished and only
+// rewrites the table and the plot. Only `all` writes sweep.csv, sweep.json and pareto.svg.
+enum class SweepStep { all, prepare, task };
+
 struct SweepOptions {
   std::string model, eval_text, out_dir;
   std::vector<std::string> plans;  // files or preset names
@@ -61,14 +68,27 @@ struct SweepOptions {
   uint64_t seed = 0;
   std::string device = "cpu";
   int threads = 0;
+  SweepStep step = SweepStep::all;
+  int64_t task_index = -1;  // step `task`: which of sweep_tasks(), from 0
 };
+
+// A row the sweep runs after the BF16 base: a plan (kind "plan") or the Q8_0 reference.
+struct SweepTask {
+  std::string name, kind, plan;
+};
+// The rows a job array's tasks run, in task-index order: the plans as given, then Q8_0 (when
+// q8_reference). Reads the plans (names must be distinct), not the model; writes nothing.
+std::vector<SweepTask> sweep_tasks(const SweepOptions& o);
 
 struct SweepEvents {
   std::function<void(const std::string&)> info;
 };
 
-// Runs the unfinished rows (BF16 base first: its distributions are the KLD base; then the plans;
-// then Q8_0) and returns every row, finished earlier or now, in that order.
+// Runs the unfinished rows of o.step (BF16 base first: its distributions are the KLD base; then
+// the plans; then Q8_0) and returns its rows, finished earlier or now, in that order: every row for
+// `all`; BF16 and the row that measured the statistics (if any) for `prepare`; BF16 and the task's
+// row for `task`. A task refuses to start (Error naming the file) when a file `prepare` makes is
+// missing: it never measures a shared file that concurrent tasks would race to write.
 std::vector<SweepRow> run_sweep(const SweepOptions& o, const SweepEvents& ev = {});
 
 }  // namespace bonsai::mixed

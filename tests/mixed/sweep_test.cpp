@@ -109,3 +109,75 @@ TEST(Sweep, SecondRunSkipsFinishedRows) {
   ASSERT_EQ(second.size(), 2u);
   EXPECT_DOUBLE_EQ(second[1].ppl, first[1].ppl);
 }
+
+// The job array's steps (SweepStep) on zh-tiny: a task before prepare names the missing base, an
+// index out of range lists the tasks, a task whose plan needs statistics that are not there names
+// the file (it never measures them); prepare and a task write their rows and no table; the plain
+// sweep afterwards measures nothing and writes the table.
+TEST(Sweep, JobArrayStepsShareOnlyWhatPrepareMade) {
+  BONSAI_REQUIRE_SHARED("models/zh-tiny-qwen3/config.json");
+  BONSAI_REQUIRE_SHARED("corpora/zh/eval-debian-handbook-zh-CN.txt");
+  const auto dir = test::scratch_dir();
+  write_text_file((dir / "q4.yaml").string(), "name: q4\ndefault: Q4_0\n");
+  // Two chunks' worth of the evaluation text: each step tokenizes it again.
+  const std::string eval = read_text_file(test::shared_file("corpora/zh/eval-debian-handbook-zh-CN.txt").string());
+  write_text_file((dir / "eval.txt").string(), eval.substr(0, eval.rfind('\n', 4000) + 1));
+  SweepOptions o;
+  o.model = test::shared_file("models/zh-tiny-qwen3").string();
+  o.eval_text = (dir / "eval.txt").string();
+  o.out_dir = (dir / "out").string();
+  o.plans = {(dir / "q4.yaml").string(), "ternary-all"};  // ternary-all: gptq, needs statistics
+  o.ctx = 32;
+  o.chunks = 2;
+  o.kl_top_k = 8;
+  const std::vector<SweepTask> tasks = sweep_tasks(o);
+  ASSERT_EQ(tasks.size(), 3u);
+  EXPECT_EQ(tasks[0].name, "q4");
+  EXPECT_EQ(tasks[1].name, "ternary-all");
+  EXPECT_EQ(tasks[2].name, "q8_0");
+  EXPECT_EQ(tasks[2].kind, "reference");
+  std::string log;
+  SweepEvents ev;
+  ev.info = [&](const std::string& s) { log += s + "\n"; };
+
+  o.step = SweepStep::task;
+  o.task_index = 3;
+  const std::string range = test::error_of([&] { run_sweep(o, ev); });
+  EXPECT_NE(range.find("task index 3 is out of range: this sweep has 3 tasks, 0 to 2 (0 q4, 1 ternary-all, 2 q8_0)"),
+            std::string::npos)
+      << range;
+  o.task_index = 0;
+  test::expect_error([&] { run_sweep(o, ev); }, row_path(o.out_dir, "bf16"));
+
+  // A prepare that needed no statistics (its sweep had only q4), then the task of a plan that does.
+  SweepOptions p = o;
+  p.step = SweepStep::prepare;
+  p.plans = {(dir / "q4.yaml").string()};
+  ASSERT_EQ(run_sweep(p, ev).size(), 1u);
+  EXPECT_NE(log.find("statistics: none"), std::string::npos) << log;
+  EXPECT_TRUE(fs::exists(dir / "out" / "bf16.row.json"));
+  EXPECT_TRUE(fs::exists(dir / "out" / "bf16.kld"));
+  EXPECT_FALSE(fs::exists(dir / "out" / "stats.gguf"));
+  o.task_index = 1;
+  const std::string missing = test::expect_error([&] { run_sweep(o, ev); }, (dir / "out" / "stats.gguf").string());
+  EXPECT_NE(missing.find("--prepare"), std::string::npos) << missing;
+  EXPECT_FALSE(fs::exists(dir / "out" / "stats.gguf"));
+
+  o.task_index = 0;
+  log.clear();
+  const auto rows = run_sweep(o, ev);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1].name, "q4");
+  EXPECT_NE(log.find("bf16: finished earlier"), std::string::npos) << log;
+  EXPECT_TRUE(fs::exists(dir / "out" / "q4.row.json"));
+  EXPECT_FALSE(fs::exists(dir / "out" / "sweep.csv"));  // only the plain sweep writes the table
+
+  p.step = SweepStep::all;
+  p.q8_reference = false;
+  log.clear();
+  const auto merged = run_sweep(p, ev);
+  ASSERT_EQ(merged.size(), 2u);
+  EXPECT_NE(log.find("q4: finished earlier"), std::string::npos) << log;
+  EXPECT_EQ(log.find("bonsai quantize"), std::string::npos) << log;
+  EXPECT_NE(read_text_file((dir / "out" / "sweep.csv").string()).find("\nq4,plan,"), std::string::npos);
+}
