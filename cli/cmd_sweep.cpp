@@ -28,7 +28,12 @@ int run(const std::vector<std::string>& args) {
       "calib", po::value<std::vector<std::string>>(&so.calib_files)->multitoken(), "calibration text (when measuring)")(
       "calib-windows", po::value<int64_t>(&so.calib_windows)->default_value(so.calib_windows), "calibration windows")(
       "calib-len", po::value<int64_t>(&so.calib_len)->default_value(so.calib_len), "tokens per calibration window")(
-      "seed", po::value<uint64_t>(&so.seed)->default_value(so.seed), "calibration window seed");
+      "seed", po::value<uint64_t>(&so.seed)->default_value(so.seed), "calibration window seed")(
+      "prepare", po::bool_switch(),
+      "job array, first job: make what the tasks share (BF16 row and distributions, statistics), then stop")(
+      "task-index", po::value<int64_t>(&so.task_index),
+      "job array task: run only this row (0-based, as --list-tasks numbers them; $SLURM_ARRAY_TASK_ID)")(
+      "list-tasks", po::bool_switch(), "print the job array's tasks (index, row, plan), one a line; run nothing");
   add_threads(opts);
   add_device(opts);
   add_json(opts);
@@ -42,7 +47,20 @@ int run(const std::vector<std::string>& args) {
              "Writes DIR/NAME.row.json per finished row (a rerun skips those), DIR/sweep.csv,\n"
              "DIR/sweep.json and DIR/pareto.svg (perplexity against bits/weight, references as lines).\n\n"
              "example:\n  bonsai sweep -m zh-tiny-qwen3 --plans b19.yaml b22.yaml ternary-keep-embed-head-q8 \\\n"
-             "      --eval eval.txt --stats zh.stats.gguf -o sweep/",
+             "      --eval eval.txt --stats zh.stats.gguf -o sweep/\n\n"
+             "Job array (Slurm; scripts/sweep_slurm.sh submits all three, docs/sweep-slurm.md): the rows\n"
+             "run in parallel as three jobs, each given the same options ARGS:\n"
+             "  1. bonsai sweep ARGS --prepare\n"
+             "     makes what the tasks share, so that they never race to write it: DIR/bf16.row.json and\n"
+             "     DIR/bf16.kld (the KLD base) and, unless the --stats file exists, the statistics file,\n"
+             "     measured by the first plan that needs it (that plan's row is then done too).\n"
+             "  2. bonsai sweep ARGS --task-index $SLURM_ARRAY_TASK_ID\n"
+             "     sbatch --array=0-(N-1) --dependency=afterok:JOB1, N the lines of --list-tasks: one row\n"
+             "     per task (DIR/NAME.gguf, DIR/NAME.row.json); a row finished earlier is skipped. A task\n"
+             "     refuses to start, naming the file, when a file of job 1 is missing.\n"
+             "  3. bonsai sweep ARGS\n"
+             "     sbatch --dependency=afterok:JOB2: finds every row finished and writes sweep.csv,\n"
+             "     sweep.json and pareto.svg (jobs 1 and 2 write no table).",
              opts, {}, vm))
     return 0;
   so.model = vm["model"].as<std::string>();
@@ -51,6 +69,21 @@ int run(const std::vector<std::string>& args) {
   so.device = vm["device"].as<std::string>();
   so.threads = vm["threads"].as<int>();
   const bool json = vm["json"].as<bool>();
+  const bool prepare = vm["prepare"].as<bool>(), list = vm["list-tasks"].as<bool>();
+  if (int(prepare) + int(list) + int(vm.count("task-index")) > 1)
+    throw po::error("--prepare, --task-index and --list-tasks are steps of their own: give at most one");
+  if (list) {
+    const std::vector<mixed::SweepTask> tasks = mixed::sweep_tasks(so);
+    nlohmann::json all = nlohmann::json::array();
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      if (json) all.push_back({{"index", i}, {"name", tasks[i].name}, {"kind", tasks[i].kind}, {"plan", tasks[i].plan}});
+      else std::printf("%zu %s %s\n", i, tasks[i].name.c_str(), tasks[i].plan.c_str());
+    }
+    if (json) print_json(all);
+    return 0;
+  }
+  if (prepare) so.step = mixed::SweepStep::prepare;
+  if (vm.count("task-index")) so.step = mixed::SweepStep::task;
   mixed::SweepEvents ev;
   ev.info = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
   const std::vector<mixed::SweepRow> rows = mixed::run_sweep(so, ev);
@@ -64,7 +97,8 @@ int run(const std::vector<std::string>& args) {
   for (const auto& r : rows)
     std::printf("%-32s %10.4f %12.2f %10.3f +/- %5.2f %12.6f %10s\n", r.name.c_str(), r.bpw_block,
                 double(r.tensor_bytes) / 1048576.0, r.ppl, r.ppl_err, r.kld_mean.value_or(0), r.statistics.c_str());
-  std::printf("wrote %s/sweep.csv, sweep.json, pareto.svg\n", so.out_dir.c_str());
+  if (so.step == mixed::SweepStep::all) std::printf("wrote %s/sweep.csv, sweep.json, pareto.svg\n", so.out_dir.c_str());
+  else std::printf("rows in %s/NAME.row.json; the plain sweep with the same options merges them\n", so.out_dir.c_str());
   return 0;
 }
 

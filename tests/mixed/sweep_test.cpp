@@ -181,3 +181,21 @@ TEST(Sweep, JobArrayStepsShareOnlyWhatPrepareMade) {
   EXPECT_EQ(log.find("bonsai quantize"), std::string::npos) << log;
   EXPECT_NE(read_text_file((dir / "out" / "sweep.csv").string()).find("\nq4,plan,"), std::string::npos);
 }
+
+// The CLI: --list-tasks numbers the rows as --task-index takes them, reading no model; the steps
+// exclude each other.
+TEST(Sweep, CliListsTasksAndRefusesTwoSteps) {
+  const auto dir = test::scratch_dir();
+  write_text_file((dir / "q4.yaml").string(), "name: q4\ndefault: Q4_0\n");
+  const std::string base = "sweep -m no-model --eval no-eval.txt -o " + (dir / "out").string() + " --plans " +
+                           (dir / "q4.yaml").string();
+  std::string out;
+  ASSERT_EQ(test::run_bonsai(base + " --list-tasks", &out), 0) << out;
+  EXPECT_EQ(out, "0 q4 " + (dir / "q4.yaml").string() + "\n1 q8_0 " + (dir / "out" / "q8_0.yaml").string() + "\n");
+  EXPECT_FALSE(fs::exists(dir / "out"));
+  EXPECT_NE(test::run_bonsai(base + " --prepare --task-index 0", &out), 0);
+  EXPECT_NE(out.find("at most one"), std::string::npos) << out;
+  ASSERT_EQ(test::run_bonsai(base + " --help", &out), 0) << out;
+  for (const char* s : {"--prepare", "--task-index", "--list-tasks", "SLURM_ARRAY_TASK_ID", "afterok"})
+    EXPECT_NE(out.find(s), std::string::npos) << s << "\n" << out;
+}
