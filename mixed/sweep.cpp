@@ -214,6 +214,10 @@ quant::QuantizeOptions quantize_options(const SweepOptions& o, const SweepTask& 
   qo.calib_windows = o.calib_windows;
   qo.calib_len = o.calib_len;
   qo.seed = o.seed;
+  // A row killed part-way (a job's time limit, a preempted task) left its finished blocks in
+  // NAME.gguf.partial/: the rerun of that row continues from them. The checkpoint refuses (naming
+  // its state file) when the row's options changed since.
+  qo.partial = quant::PartialMode::resume;
   return qo;
 }
 

@@ -7,6 +7,7 @@
 
 #include "formats/text_file.h"
 #include "mixed/sweep.h"
+#include "quantize/job_support.h"
 #include "support.h"
 
 using namespace bonsai;
@@ -198,4 +199,32 @@ TEST(Sweep, CliListsTasksAndRefusesTwoSteps) {
   ASSERT_EQ(test::run_bonsai(base + " --help", &out), 0) << out;
   for (const char* s : {"--prepare", "--task-index", "--list-tasks", "SLURM_ARRAY_TASK_ID", "afterok"})
     EXPECT_NE(out.find(s), std::string::npos) << s << "\n" << out;
+}
+
+// A task killed mid-quantize (a time limit, a preempted job) leaves no row, only the quantize
+// checkpoint; its rerun continues from the finished blocks instead of refusing them.
+TEST(Sweep, KilledTaskResumesItsRow) {
+  BONSAI_REQUIRE_SHARED("models/zh-tiny-qwen3/config.json");
+  BONSAI_REQUIRE_SHARED("corpora/zh/eval-debian-handbook-zh-CN.txt");
+  const auto dir = test::scratch_dir();
+  write_text_file((dir / "q4.yaml").string(), "name: q4\ndefault: Q4_0\n");
+  const std::string eval = read_text_file(test::shared_file("corpora/zh/eval-debian-handbook-zh-CN.txt").string());
+  write_text_file((dir / "eval.txt").string(), eval.substr(0, eval.rfind('\n', 4000) + 1));
+  const fs::path out = dir / "out";
+  const std::string args = "sweep -m " + test::shared_file("models/zh-tiny-qwen3").string() + " --eval " +
+                           (dir / "eval.txt").string() + " --ctx 32 --chunks 2 --kl-top-k 8 --no-q8-reference -o " +
+                           out.string() + " --plans " + (dir / "q4.yaml").string();
+  std::string log;
+  ASSERT_EQ(test::run_bonsai(args + " --prepare", &log), 0) << log;
+  {
+    test::ScopedEnv kill("BONSAI_TEST_KILL_AT", "block:2");
+    ASSERT_EQ(test::run_bonsai(args + " --task-index 0", &log, {}), test::kKilled) << log;
+  }
+  EXPECT_FALSE(fs::exists(row_path(out.string(), "q4")));
+  EXPECT_TRUE(fs::exists(test::partial(out / "q4.gguf")));
+  ASSERT_EQ(test::run_bonsai(args + " --task-index 0", &log), 0) << log;
+  EXPECT_TRUE(fs::exists(row_path(out.string(), "q4")));
+  EXPECT_FALSE(fs::exists(test::partial(out / "q4.gguf")));
+  const std::string qlog = read_text_file((out / "q4.quantize.log").string());
+  EXPECT_NE(qlog.find("2 of 6 blocks already done"), std::string::npos) << qlog;
 }
