@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <sstream>
 
 #include "formats/text_file.h"
 #include "mixed/sweep.h"
@@ -227,4 +228,23 @@ TEST(Sweep, KilledTaskResumesItsRow) {
   EXPECT_FALSE(fs::exists(test::partial(out / "q4.gguf")));
   const std::string qlog = read_text_file((out / "q4.quantize.log").string());
   EXPECT_NE(qlog.find("2 of 6 blocks already done"), std::string::npos) << qlog;
+}
+
+// docs/sweep-slurm.md shows the lines of scripts/sweep_slurm.sh that submit the three jobs (the
+// script sweep_slurm_slow_test.cpp runs on its own Slurm cluster): each is in the script as shown.
+TEST(Sweep, DocsShowTheSubmissionScriptsLines) {
+  const std::string doc = read_text_file(std::string(BONSAI_SOURCE_DIR) + "/docs/sweep-slurm.md");
+  const std::string script = read_text_file(std::string(BONSAI_SOURCE_DIR) + "/scripts/sweep_slurm.sh");
+  const size_t at = doc.find("These are the lines of `scripts/sweep_slurm.sh`");
+  ASSERT_NE(at, std::string::npos);
+  const size_t from = doc.find("```sh\n", at) + 6, to = doc.find("```\n", from);
+  ASSERT_LT(from, to);
+  std::stringstream lines(doc.substr(from, to - from));
+  int n = 0;
+  for (std::string l; std::getline(lines, l);)
+    if (!l.empty()) {
+      ++n;
+      EXPECT_NE(script.find(l + "\n"), std::string::npos) << l;
+    }
+  EXPECT_EQ(n, 5);
 }
