@@ -13,12 +13,14 @@
 #include <cmath>
 #include <cstdint>
 
+#include "formats/hd.h"
 #include "quantize/ternary.h"
 
 namespace bonsai::quant {
 
 // The nearest level of w on {−1, 0, +1, +2}·d (ties to the smaller |code|); 0 when d = 0.
-inline int8_t code_for_grid4(float w, float d) {
+// Host and device (GPTQ's column loop runs it on both).
+BONSAI_HD inline int8_t code_for_grid4(float w, float d) {
   if (d == 0.0f || !std::isfinite(d)) return 0;
   const float u = w / d;  // the grid in units of d: nearest of −1, 0, 1, 2
   if (u > 1.5f) return 2;
@@ -30,6 +32,9 @@ inline int8_t code_for_grid4(float w, float d) {
 // Rewrites (codes, d) in the canonical form above without changing any decoded value.
 void canonicalize_grid4(int8_t* codes, int64_t n, uint16_t& d);
 
+// The arithmetic of canonicalize_grid4 and refine_grid4 is in quantize/group_rules.h, shared with
+// the device.
+//
 // Lloyd iterations on one group from (codes, d) — codes on the grid, d the stored fp16 bits.
 // a = importance per weight (nullptr or all zero: ones). Returns the canonical stored scale and
 // leaves the canonical codes; the weighted error is never above the start's. Both signs of d are

@@ -7,10 +7,13 @@
 #include <cmath>
 #include <cstdint>
 
+#include "formats/hd.h"
+
 namespace bonsai::quant {
 
 // The best code of one weight for a fixed scale d: sign(w)·[|w| > d/2], a tie to 0; 0 when d = 0.
-inline int8_t code_for_scale(float w, float d) {
+// Host and device (GPTQ's column loop runs it on both).
+BONSAI_HD inline int8_t code_for_scale(float w, float d) {
   if (!(d > 0.0f) || !(std::fabs(w) > 0.5f * d)) return 0;  // 0.5f·d is exact for a normal d
   return w > 0.0f ? 1 : -1;
 }
@@ -35,6 +38,7 @@ uint16_t fit_rtn(const float* w, int64_t n, int8_t* codes);
 uint16_t fit_absmean(const float* w, int64_t n, int8_t* codes);
 
 // Exact minimiser of Σ a_j (w_j − d·c_j)² over fp16 scales d ≥ 0 and codes c (a = nullptr: ones).
+// Its arithmetic is rules::fit_optimal_sorted (quantize/group_rules.h), which the device shares.
 // For a fixed d the best codes keep |w| > d/2, a prefix of the weights sorted by |w|; for a fixed
 // prefix S the error is the quadratic Σaw² − 2dΣ_S a|w| + d²Σ_S a, least at the fp16 value
 // nearest to s*(S) = Σ_S a|w| / Σ_S a. So the optimum over fp16 scales is the best of the n
