@@ -5,11 +5,13 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <functional>
 #include <utility>
 #include <vector>
 
 #include "formats/error.h"
 #include "formats/fp16.h"
+#include "quantize/gptq_detail.h"
 #include "quantize/grid4.h"
 #include "quantize/group_fit.h"
 #include "quantize/scale_refit.h"
@@ -25,10 +27,6 @@ using Eigen::Index;
 // of its update (pass() in gptq_ternary). kSubBatch divides kGroup, so a group starts a sub-batch.
 constexpr Index kRowTile = 64, kSubBatch = 16, kPanel = 256;
 static_assert(kGroup % kSubBatch == 0);
-
-// Coordinate-descent sweeps over the codes per descent round (opts.descent_rounds): a sweep
-// that moves no code ends the round earlier.
-constexpr int kDescentSweeps = 8;
 
 // The dense factorizations below on fixed tiles of kFactorTile: every tile's product is one
 // BLAS call on one thread (OpenBLAS's OpenMP build stays on the calling thread inside a parallel
@@ -78,44 +76,53 @@ bool cholesky_lower(double* a, int n) {
 
 // L⁻¹ for the lower triangle L of `l` (n × n column-major), lower, as a new matrix: its blocks of
 // columns are independent triangular solves L[c0:, c0:] X = [I; 0], one per thread at a time.
-MatD lower_inverse(const MatD& l) {
-  const int n = int(l.rows()), nb = kFactorTile, blocks = (n + nb - 1) / nb;
+MatD lower_inverse(const double* l, int n) {
+  const int nb = kFactorTile, blocks = (n + nb - 1) / nb;
   MatD x = MatD::Zero(n, n);
   for (int i = 0; i < n; ++i) x(i, i) = 1.0;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int b = 0; b < blocks; ++b) {  // the largest solves first
     const int c0 = b * nb;
     cblas_dtrsm(CblasColMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, n - c0, std::min(nb, n - c0), 1.0,
-                l.data() + c0 + size_t(c0) * size_t(n), n, x.data() + c0 + size_t(c0) * size_t(n), n);
+                l + c0 + size_t(c0) * size_t(n), n, x.data() + c0 + size_t(c0) * size_t(n), n);
   }
   return x;
 }
 
 // GPTQ's Hinv: the upper Cholesky factor U of H⁻¹ (H⁻¹ = UᵀU). With P the order reversal and
 // PHP = L Lᵀ, H = R Rᵀ for the upper R = P L P, so H⁻¹ = R⁻ᵀR⁻¹ and U = R⁻¹ = P L⁻¹ P: one
-// Cholesky and one triangular inverse (n³/3 each), no explicit H⁻¹. `h` is overwritten.
-MatF inverse_cholesky_upper(MatD& h) {
-  const Index n = h.rows();
+// Cholesky and one triangular inverse (n³/3 each), no explicit H⁻¹. `h` (n × n column-major) is
+// overwritten.
+MatF inverse_cholesky_upper(double* h_data, Index n) {
+  Eigen::Map<MatD> h(h_data, n, n);
   h.reverseInPlace();
-  if (!cholesky_lower(h.data(), int(n)))
-    throw Error(cat("quantize: gptq: the damped Gram matrix is not positive definite (",
-                    "a Gram matrix that is not E[x xᵀ] of real inputs, or raise the damping)"));
+  if (!cholesky_lower(h.data(), int(n))) gptq_detail::throw_not_positive_definite();
   for (Index i = 0; i < n; ++i)
-    if (!(h(i, i) != 0.0)) throw Error("quantize: gptq: the Cholesky factor of the damped Gram matrix is singular");
-  const MatD x = lower_inverse(h);
+    if (!(h(i, i) != 0.0)) gptq_detail::throw_singular_factor();
+  const MatD x = lower_inverse(h.data(), int(n));
   MatF u = MatF::Zero(n, n);
   for (Index j = 0; j < n; ++j)
     for (Index i = j; i < n; ++i) u(n - 1 - i, n - 1 - j) = float(x(i, j));
   return u;
 }
 
-// H = 2G; a dead input (never nonzero) gets H_jj = 1 (`dead` marks it), as in GPTQ: its weights
-// cannot change the output, and a unit diagonal keeps H invertible. Returns the upper factor of
-// the damped H⁻¹ and, in `importance`, the damped diagonal of H.
+// The upper factor of the damped H⁻¹ (gptq_detail::damped_hessian says which H), with `dead` and
+// `importance` as there.
 MatF damped_inverse_factor(const MatrixIn& in, double damp, std::vector<char>& dead, std::vector<float>& importance) {
+  std::vector<double> h = gptq_detail::damped_hessian(in, damp, dead, importance);
+  return inverse_cholesky_upper(h.data(), in.cols);
+}
+
+}  // namespace
+
+namespace gptq_detail {
+
+std::vector<double> damped_hessian(const MatrixIn& in, double damp, std::vector<char>& dead,
+                                   std::vector<float>& importance) {
   const Index cols = in.cols;
   if (cols <= 0) throw Error(cat("quantize: gptq: a matrix of ", cols, " columns"));
-  MatD h(cols, cols);
+  std::vector<double> storage(size_t(cols * cols));
+  Eigen::Map<MatD> h(storage.data(), cols, cols);
   for (Index i = 0; i < cols; ++i)
     for (Index j = 0; j < cols; ++j) h(i, j) = 2.0 * in.gram[i * cols + j];
   dead.assign(size_t(cols), 0);
@@ -127,10 +134,61 @@ MatF damped_inverse_factor(const MatrixIn& in, double damp, std::vector<char>& d
   h.diagonal().array() += damp * h.diagonal().mean();
   importance.resize(static_cast<size_t>(cols));
   for (Index j = 0; j < cols; ++j) importance[size_t(j)] = float(h(j, j));
-  return inverse_cholesky_upper(h);
+  return storage;
 }
 
-}  // namespace
+void throw_not_positive_definite() {
+  throw Error(cat("quantize: gptq: the damped Gram matrix is not positive definite (",
+                  "a Gram matrix that is not E[x xᵀ] of real inputs, or raise the damping)"));
+}
+
+void throw_singular_factor() {
+  throw Error("quantize: gptq: the Cholesky factor of the damped Gram matrix is singular");
+}
+
+void run_passes(const MatrixIn& in, const MethodOptions& opts, TernaryMatrix& out,
+                const std::function<void(bool fixed)>& pass) {
+  const Index rows = in.rows, cols = in.cols, groups = cols / kGroup;
+  pass(false);
+  if (opts.refit_scales) {
+    const ScaleRefit refit(in);
+    // Further passes alternate codes (GPTQ, scales fixed) and scales (refit, codes fixed); a pass
+    // that does not lower the output error (as the refit measures it) is undone, so the result
+    // never gets worse.
+    double best = refit.apply(opts.four_levels, out);
+    for (int p = 1; p < opts.gptq_passes; ++p) {
+      const TernaryMatrix prev = out;
+      pass(true);
+      const double e = refit.apply(opts.four_levels, out);
+      if (!(e < best)) {
+        out = prev;
+        break;
+      }
+      best = e;
+    }
+    // Then rounds of coordinate descent on the codes (scales fixed) and refit (codes fixed), each
+    // kept only when it lowers the output error; they stop when the descent moves no code.
+    for (int round = 0; round < opts.descent_rounds; ++round) {
+      const TernaryMatrix prev = out;
+      if (refit.descend_codes(opts.four_levels, kDescentSweeps, out) == 0) break;
+      const double e = refit.apply(opts.four_levels, out);
+      if (!(e < best)) {
+        out = prev;
+        break;
+      }
+      best = e;
+    }
+  }
+
+  // A scale fixed at the group's start may end up with no code using it (store 0 then), or, on the
+  // four-level grid, with +2 unused or alone: the canonical form keeps a stored block re-encoding
+  // to itself (quantize/grid4.h; for ternary codes it is exactly "d = 0 without a nonzero code").
+  for (Index r = 0; r < rows; ++r)
+    for (Index g = 0; g < groups; ++g)
+      canonicalize_grid4(out.codes.data() + r * cols + g * kGroup, kGroup, out.scales[size_t(r * groups + g)]);
+}
+
+}  // namespace gptq_detail
 
 std::vector<float> gptq_inverse_factor(const MatrixIn& in, double damp) {
   std::vector<char> dead;
@@ -217,43 +275,7 @@ void gptq_ternary(const MatrixIn& in, const MethodOptions& opts, TernaryMatrix& 
     }
   };
 
-  pass(false);
-  if (opts.refit_scales) {
-    const ScaleRefit refit(in);
-    // Further passes alternate codes (GPTQ, scales fixed) and scales (refit, codes fixed); a pass
-    // that does not lower the output error (as the refit measures it) is undone, so the result
-    // never gets worse.
-    double best = refit.apply(opts.four_levels, out);
-    for (int p = 1; p < opts.gptq_passes; ++p) {
-      const TernaryMatrix prev = out;
-      pass(true);
-      const double e = refit.apply(opts.four_levels, out);
-      if (!(e < best)) {
-        out = prev;
-        break;
-      }
-      best = e;
-    }
-    // Then rounds of coordinate descent on the codes (scales fixed) and refit (codes fixed), each
-    // kept only when it lowers the output error; they stop when the descent moves no code.
-    for (int round = 0; round < opts.descent_rounds; ++round) {
-      const TernaryMatrix prev = out;
-      if (refit.descend_codes(opts.four_levels, kDescentSweeps, out) == 0) break;
-      const double e = refit.apply(opts.four_levels, out);
-      if (!(e < best)) {
-        out = prev;
-        break;
-      }
-      best = e;
-    }
-  }
-
-  // A scale fixed at the group's start may end up with no code using it (store 0 then), or, on the
-  // four-level grid, with +2 unused or alone: the canonical form keeps a stored block re-encoding
-  // to itself (quantize/grid4.h; for ternary codes it is exactly "d = 0 without a nonzero code").
-  for (Index r = 0; r < rows; ++r)
-    for (Index g = 0; g < groups; ++g)
-      canonicalize_grid4(out.codes.data() + r * cols + g * kGroup, kGroup, out.scales[size_t(r * groups + g)]);
+  gptq_detail::run_passes(in, opts, out, pass);
 }
 
 }  // namespace bonsai::quant
