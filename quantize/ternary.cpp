@@ -93,6 +93,8 @@ void check_shape(const TernaryMatrix& m) {
 
 }  // namespace
 
+void validate_matrix_in(const MatrixIn& in, Method method, const MethodOptions& opts) { validate(in, method, opts); }
+
 const char* method_name(Method m) { return kMethodNames[int(m)].data(); }
 
 Method parse_method(const std::string& s) {

@@ -70,6 +70,11 @@ struct TernaryMatrix {
 // a positive number, ...); quantize_ternary checks them too, the pipeline before any work.
 void validate_method_options(const MethodOptions& opts);
 
+// The checks quantize_ternary makes before any work (Error naming the first problem: shape,
+// non-finite or out-of-range weights, importance, a missing or bad Gram matrix, the options),
+// for another backend of a method (quantize/cuda) to make the same.
+void validate_matrix_in(const MatrixIn& in, Method method, const MethodOptions& opts);
+
 TernaryMatrix quantize_ternary(const MatrixIn& in, Method method, const MethodOptions& opts = {});
 
 // Relative output error ‖X(W−Ŵ)ᵀ‖² / ‖XWᵀ‖² from the Gram matrix (or, without one, the
