@@ -112,6 +112,8 @@ DeviceStats::DeviceStats(int64_t cols, bool gram, CUstream_st* stream) {
 }
 
 DeviceStats::~DeviceStats() = default;
+DeviceStats::DeviceStats(DeviceStats&&) noexcept = default;
+DeviceStats& DeviceStats::operator=(DeviceStats&&) noexcept = default;
 
 void DeviceStats::add(const float* x, int64_t n) {
   Impl& s = *impl_;

@@ -31,6 +31,8 @@ class DeviceStats {
   // waits for the legacy default stream's work.
   DeviceStats(int64_t cols, bool gram, CUstream_st* stream = nullptr);
   ~DeviceStats();
+  DeviceStats(DeviceStats&&) noexcept;  // a moved-from one may only be assigned or destroyed
+  DeviceStats& operator=(DeviceStats&&) noexcept;
   DeviceStats(const DeviceStats&) = delete;
   DeviceStats& operator=(const DeviceStats&) = delete;
 
