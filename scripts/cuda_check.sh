@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The GPU check (not a unit test; needs an NVIDIA GPU): the CUDA tests, perplexity on CUDA
 # against the CPU for the models present, and `bonsai bench --device cuda` on synthetic
-# Qwen3-8B in several weight types. Results go to $OUT (default /tmp/bonsai-cuda):
-#   results.jsonl  one JSON object a line (matvec speed per path, perplexity and bench runs, tagged)
-#   cuda_tests.json, log.txt, gpu.txt
+# Qwen3-8B in several weight types; the calibration numerics on CUDA (Gram matrices, GPTQ)
+# against the CPU's, and GPTQ's speed on a 4096 x 4096 layer. Results go to $OUT (default
+# /tmp/bonsai-cuda):
+#   results.jsonl  one JSON object a line (matvec speed per path, GPTQ, perplexity and bench runs,
+#                  tagged)
+#   cuda_tests.json, cuda_calib_tests.json, log.txt, gpu.txt
 # Usage: scripts/cuda_check.sh
-# Env: BONSAI_BIN_DIR  folder with prebuilt bonsai and bonsai_cuda_tests (default: build here,
-#                      into build-cuda, for this GPU's architecture)
+# Env: BONSAI_BIN_DIR  folder with prebuilt bonsai, bonsai_cuda_tests and bonsai_cuda_calib_tests
+#                      (default: build here, into build-cuda, for this GPU's architecture)
 #      BONSAI_LOADER   command prefix that runs those binaries (a carried ld.so, say)
 #      BONSAI_SHARED_DIR  fixtures (default ../shared); PPL_MODELS extra "name=path" pairs
 #      PPL_DEVICES="cuda cpu" (where to measure perplexity; cuda alone when the CPU figures
@@ -33,18 +36,30 @@ say "commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 if [ -n "${BONSAI_BIN_DIR:-}" ]; then
   bin=$BONSAI_BIN_DIR
   tests=$bin/bonsai_cuda_tests
+  calib_tests=$bin/bonsai_cuda_calib_tests
 else
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
   say "building for sm_$arch"
   cmake -S . -B build-cuda -G Ninja -DBONSAI_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" >>"$log" 2>&1 &&
-    cmake --build build-cuda --target bonsai bonsai_cuda_tests >>"$log" 2>&1 || { say "build failed"; exit 1; }
+    cmake --build build-cuda --target bonsai bonsai_cuda_tests bonsai_cuda_calib_tests >>"$log" 2>&1 ||
+    { say "build failed"; exit 1; }
   bin=build-cuda/cli
   tests=build-cuda/tests/bonsai_cuda_tests
+  calib_tests=build-cuda/tests/bonsai_cuda_calib_tests
 fi
 
 say "CUDA tests"
 BONSAI_SHARED_DIR=$shared timeout 180 $loader "$tests" --gtest_output=json:"$out/cuda_tests.json" 2>&1 | tee -a "$log" |
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|Failure" | head -40
+
+say "CUDA calibration tests (calibrate/cuda, quantize/cuda against the CPU)"
+timeout 300 $loader "$calib_tests" --gtest_output=json:"$out/cuda_calib_tests.json" 2>&1 | tee -a "$log" |
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|Failure" | head -40
+
+# GPTQ on a 4096 x 4096 layer: the device's phases against the CPU's whole run.
+say "GPTQ speed"
+timeout 300 $loader "$calib_tests" --gtest_also_run_disabled_tests --gtest_filter='GptqCuda.DISABLED_Speed' 2>&1 |
+  tee -a "$log" | grep '^{"kind":"gptq_cuda' | tee -a "$res"
 
 # One-token matvec speed of each path on 1 GiB of weights, against the read bandwidth.
 say "matvec throughput"

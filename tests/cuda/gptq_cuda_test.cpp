@@ -16,7 +16,9 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -241,6 +243,33 @@ TEST(GptqCuda, DeviceMemoryStaysWithinTheFormula) {
     EXPECT_LE(rep.peak_bytes, bound) << what;
     EXPECT_LE(before - rep.min_free_bytes, bound) << what;
     EXPECT_GE(after, before - (int64_t(2) << 20)) << what << ": device memory not given back";
+  }
+}
+
+// Where the time goes on a layer of real size, on the device and on the CPU: one JSON line per
+// configuration for scripts/cuda_check.sh (run with --gtest_also_run_disabled_tests).
+TEST(GptqCuda, DISABLED_Speed) {
+  BONSAI_REQUIRE_CUDA();
+  const int64_t rows = 4096, cols = 4096;
+  const Layer l = real_layer(rows, cols, 77);
+  for (const bool refit : {false, true}) {
+    MethodOptions o;
+    o.refit_scales = refit;
+    const auto t0 = std::chrono::steady_clock::now();
+    const TernaryMatrix cpu = quantize_ternary(l.in(), Method::gptq, o);
+    const double cpu_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    cuda::GptqDeviceReport rep;
+    const auto t1 = std::chrono::steady_clock::now();
+    const TernaryMatrix gpu = cuda::quantize_gptq(l.in(), o, &rep);
+    const double gpu_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    const Agreement a = compare(l, cpu, gpu);
+    std::printf("{\"kind\":\"gptq_cuda\",\"rows\":%lld,\"cols\":%lld,\"refit\":%s,\"cpu_s\":%.3f,\"gpu_s\":%.3f,"
+                "\"factor_s\":%.3f,\"passes_s\":%.3f,\"refit_s\":%.3f,\"passes\":%d,\"peak_bytes\":%lld,"
+                "\"bound_bytes\":%lld,\"codes_equal\":%.5f,\"error_cpu\":%.6f,\"error_gpu\":%.6f}\n",
+                (long long)rows, (long long)cols, refit ? "true" : "false", cpu_s, gpu_s, rep.factor_s, rep.passes_s,
+                rep.refit_s, rep.passes, (long long)rep.peak_bytes, (long long)cuda::gptq_device_bytes(rows, cols),
+                a.codes, a.e_cpu, a.e_gpu);
+    EXPECT_NEAR(a.e_gpu, a.e_cpu, 0.02 * a.e_cpu);
   }
 }
 
