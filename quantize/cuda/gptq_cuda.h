@@ -24,7 +24,7 @@ namespace bonsai::quant::cuda {
 
 // Device bytes gptq_ternary needs at most for a rows × cols matrix, cuBLAS's and cuSOLVER's
 // workspaces included (the CUDA context's own memory not): the larger of
-//   factorization  16·cols²                      (H and L⁻¹ in double)
+//   factorization  16·cols² + 4 KiB              (H and L⁻¹ in double, potrf's status)
 //   passes          4·cols² + 5·rows·cols + 512·rows + 2·rows·cols/128 + 4·cols
 //                   (U in float; W, codes, the batch's errors, scales, importance)
 // plus 32 MiB of cuBLAS workspace and 32 MiB for the libraries' internal state and allocation
