@@ -10,6 +10,12 @@
 #include "runtime/bench.h"
 #include "runtime/transformer.h"
 
+#ifdef BONSAI_HAVE_CALIBRATE_CUDA
+#include <optional>
+
+#include "calibrate/cuda/device_stats.h"
+#endif
+
 namespace bonsai::calib {
 
 namespace {
@@ -25,6 +31,101 @@ bool replace_suffix(std::string& s, const std::string& from, const std::string& 
   s.replace(s.size() - from.size(), from.size(), to);
   return true;
 }
+
+// One group's input statistics, from what its products see (Session::observe_group): on the host
+// its rows are gathered for InputStats::add; on a device backend they are already in device
+// memory and accumulate there (calibrate/cuda, on the backend's own stream).
+class GroupCollector {
+ public:
+  GroupCollector(bool gram, std::vector<float>& rows, int64_t max_rows, Backend& be)
+      : gram_(gram), rows_(rows), max_rows_(max_rows), be_(be) {}
+
+  void observe(const Tensor& w, const float* x, int64_t n) {
+    if (st_.cols == 0) {
+      input_ = w.name;
+      st_.cols = w.ne[0];
+    }
+    if (!be_.host_memory()) return observe_device(x, n);
+    if (gram_ && st_.gram.empty()) st_.gram.assign(size_t(st_.cols * st_.cols), 0.0);
+    if (n_rows_ + n > max_rows_) flush();
+    std::memcpy(rows_.data() + n_rows_ * st_.cols, x, size_t(n * st_.cols) * sizeof(float));
+    n_rows_ += n;
+  }
+
+  const std::string& input() const { return input_; }
+
+  // The sums, rounded to what save_stats stores.
+  InputStats finish() {
+#ifdef BONSAI_HAVE_CALIBRATE_CUDA
+    if (device_) st_ = device_->download();
+#endif
+    flush();
+    st_.round_to_f32();
+    return std::move(st_);
+  }
+
+ private:
+  void flush() {
+    if (n_rows_ > 0) st_.add(rows_.data(), n_rows_);
+    n_rows_ = 0;
+  }
+  void observe_device(const float* x, int64_t n) {
+#ifdef BONSAI_HAVE_CALIBRATE_CUDA
+    if (!device_) device_.emplace(st_.cols, gram_, static_cast<CUstream_st*>(be_.native_stream()));
+    device_->add(x, n);
+#else
+    (void)x, (void)n;
+    throw Error(cat("calibration on ", be_.name(), ": this build has no device statistics (BONSAI_CUDA=OFF)"));
+#endif
+  }
+
+  bool gram_;
+  std::vector<float>& rows_;
+  int64_t max_rows_;
+  Backend& be_;
+  std::string input_;
+  InputStats st_;
+  int64_t n_rows_ = 0;
+#ifdef BONSAI_HAVE_CALIBRATE_CUDA
+  std::optional<cuda::DeviceStats> device_;
+#endif
+};
+
+// One window's buffers as the backend sees them: the host buffers themselves on the CPU; on a
+// device, copies staged in and out around each step (the windows' buffers stay in host memory,
+// where they may be far larger than the device's).
+class WindowStage {
+ public:
+  WindowStage(Backend& be, int64_t len, int64_t n_embd, int64_t wide) : be_(be) {
+    if (be.host_memory()) return;
+    x_ = be.alloc(len * n_embd);
+    in_ = be.alloc(len * wide);
+    out_ = be.alloc(len * wide);
+  }
+  // Host pointers (null: none) -> what run_block_step takes; their sizes in floats.
+  void enter(float* x, int64_t nx, float* in, int64_t nin, float* out, int64_t nout) {
+    hx_ = x, hout_ = out, nx_ = nx, nout_ = nout;
+    if (be_.host_memory()) {
+      dx_ = x, din_ = in, dout_ = out;
+      return;
+    }
+    be_.from_host(x, x_, nx);
+    if (in) be_.from_host(in, in_, nin);
+    dx_ = x_, din_ = in ? in_ : nullptr, dout_ = out ? out_ : nullptr;
+  }
+  void leave() {
+    if (be_.host_memory()) return;
+    be_.to_host(x_, hx_, nx_);
+    if (hout_) be_.to_host(out_, hout_, nout_);
+  }
+  float *dx_ = nullptr, *din_ = nullptr, *dout_ = nullptr;
+
+ private:
+  Backend& be_;
+  float *x_ = nullptr, *in_ = nullptr, *out_ = nullptr;
+  float *hx_ = nullptr, *hout_ = nullptr;
+  int64_t nx_ = 0, nout_ = 0;
+};
 
 }  // namespace
 
@@ -97,14 +198,17 @@ Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_
   // One gather buffer for every group (allocated once: hundreds of MB, whose first touch costs
   // page faults).
   const int64_t wide = std::max(Session::block_input_width(c, 1), Session::block_input_width(c, 3));
-  std::vector<float> rows(size_t(gather_rows(n_windows, len) * std::max(wide, c.n_embd)));
+  // On a device the rows accumulate where they are: no gather buffer.
+  std::vector<float> rows(opts.device == "cpu" ? size_t(gather_rows(n_windows, len) * std::max(wide, c.n_embd)) : 0);
   const int64_t max_rows = gather_rows(n_windows, len);
   for (int64_t l = opts.first_block; l < c.n_layer; ++l) {
     std::vector<std::string> block_inputs;  // the statistics entries this block adds
     // A backend and session per block: the kernel copies a backend makes of the block's quantized
-    // weights (cpu::pack_weights) go with it, so memory does not grow with the blocks done.
-    const auto be = make_backend("cpu", 0);
+    // weights (cpu::pack_weights, a device's uploads) go with it, so memory does not grow with the
+    // blocks done.
+    const auto be = make_backend(opts.device, 0);
     Session s(m, *be, len, len);
+    WindowStage stage(*be, len, c.n_embd, wide);
     // The last block's step 4 only advances x, which nothing reads after it.
     const int steps = l + 1 < c.n_layer ? Session::kBlockSteps : Session::kBlockSteps - 1;
     for (int step = 0; step < steps; ++step) {
@@ -114,33 +218,18 @@ Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_
       SpillBuffer& out_buf = out_wide ? wide_in : narrow_in;
       const int64_t in_w = step > 0 ? s.block_input_width(step - 1) : 0;
       const int64_t out_w = step < 4 ? s.block_input_width(step) : 0;
-      Stats group;
-      std::string input;
-      int64_t n_rows = 0;
-      auto flush = [&] {
-        if (n_rows > 0) group.by_weight[input].add(rows.data(), n_rows);
-        n_rows = 0;
-      };
-      auto observe = [&](const Tensor& w, const float* x, int64_t n) {
-        InputStats& st = group.by_weight[w.name];
-        if (st.cols == 0) {
-          input = w.name;
-          st.cols = w.ne[0];
-          if (opts.gram) st.gram.assign(size_t(st.cols * st.cols), 0.0);
-        }
-        if (n_rows + n > max_rows) flush();
-        std::memcpy(rows.data() + n_rows * st.cols, x, size_t(n * st.cols) * sizeof(float));
-        n_rows += n;
-      };
+      GroupCollector group(opts.gram, rows, max_rows, *be);
+      auto observe = [&](const Tensor& w, const float* x, int64_t n) { group.observe(w, x, n); };
       for (int64_t w = 0; w < n_windows; ++w) {
         t0 = std::chrono::steady_clock::now();
-        float* in = step > 0 ? in_buf.data() + w * len * in_w : nullptr;
-        float* out = step < 4 ? out_buf.data() + w * len * out_w : nullptr;
-        s.run_block_step(l, step, hidden.data() + w * width, in, out, len);
+        stage.enter(hidden.data() + w * width, width, step > 0 ? in_buf.data() + w * len * in_w : nullptr, len * in_w,
+                    step < 4 ? out_buf.data() + w * len * out_w : nullptr, len * out_w);
+        s.run_block_step(l, step, stage.dx_, stage.din_, stage.dout_, len);
         t.forward += since(t0);
         t0 = std::chrono::steady_clock::now();
-        if (out) s.observe_group(l, step, out, len, observe);
+        if (stage.dout_) s.observe_group(l, step, stage.dout_, len, observe);
         t.collect += since(t0);
+        stage.leave();
         if (step == 0) {
           ++g_block_runs;
           kill_point("calibrate");
@@ -148,12 +237,9 @@ Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_
       }
       if (step == 4) break;
       t0 = std::chrono::steady_clock::now();
-      flush();
-      for (auto& [name, st] : group.by_weight) {
-        block_inputs.push_back(name);
-        st.round_to_f32();
-        all.by_weight[name] = std::move(st);
-      }
+      const std::string input = group.input();
+      block_inputs.push_back(input);
+      all.by_weight[input] = group.finish();
       t.collect += since(t0);
       // The caller quantizes the weights that read this input; the next step computes with them.
       t0 = std::chrono::steady_clock::now();

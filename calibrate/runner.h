@@ -30,6 +30,10 @@ enum class KeepGram {
 };
 
 struct CalibrateOptions {
+  // The backend each block's forward runs on (make_backend: "cpu", "cuda[:N]"). On a device the
+  // window buffers stay in host memory and each window is staged in and out; the statistics
+  // accumulate on the device.
+  std::string device = "cpu";
   bool gram = false;  // collect Gram matrices (what gptq needs); E[x²] is always collected
   KeepGram keep_gram = KeepGram::all;
   // The window buffers (hidden states and the groups' inputs, n_windows × len × width floats
@@ -75,8 +79,8 @@ struct BlockDone {
 // input_key); it must replace the block-l weights that read that input in `m` (their LayerWeights
 // pointers), and may leave them. `stats` holds the inputs measured so far that are still kept
 // (KeepGram), rounded to what save_stats stores; with KeepGram::group the callback may take the
-// group's Gram matrix over. Returns the statistics kept. Runs on the CPU backend (hidden states
-// live in host memory or their spill files); threads as OpenMP is set.
+// group's Gram matrix over. Returns the statistics kept. The hidden states live in host memory
+// (or their spill files) whatever the device; threads as OpenMP is set.
 using QuantizeGroup = std::function<void(int64_t l, const std::string& input, Stats&)>;
 Stats calibrate_blocks(Model& m, const std::vector<int32_t>& windows, int64_t n_windows, int64_t len,
                        const CalibrateOptions& opts, const QuantizeGroup& quantize_group,

@@ -78,6 +78,9 @@ void print_summary(const quant::QuantizeResult& r, const std::string& out) {
               out.c_str(), human_bytes(double(r.file_bytes)).c_str(), human_bytes(double(p.total_bytes)).c_str(),
               8.0 * double(p.total_bytes) / double(p.total_elems),
               8.0 * double(p.block_linear_bytes) / double(p.block_linear_elems));
+  if (r.predicted_device_bytes > 0)
+    std::printf("GPU: peak %s used by the job (free memory sampled at block ends and at gptq's peaks), predicted %s\n",
+                human_bytes(double(r.peak_device_bytes)).c_str(), human_bytes(double(r.predicted_device_bytes)).c_str());
   std::printf("peak RSS %s (mapped files' pages included), peak anonymous memory %s (sampled every 20 ms), "
               "predicted %s%s%s\n",
               human_bytes(double(r.peak_rss_bytes)).c_str(), human_bytes(double(r.peak_anon_bytes)).c_str(),
@@ -141,6 +144,9 @@ void print_summary_json(const quant::QuantizeResult& r, const quant::QuantizeOpt
               {"peak_anon_bytes", r.peak_anon_bytes},
               {"predicted_ram_bytes", r.predicted_ram_bytes},
               {"spilled_bytes", r.spilled_bytes},
+              {"device", o.device},
+              {"peak_device_bytes", r.peak_device_bytes},
+              {"predicted_device_bytes", r.predicted_device_bytes},
               {"rel_errors", errors}});
 }
 
@@ -195,11 +201,12 @@ int run(const std::vector<std::string>& args) {
       "is refused before any work")(
       "dry-run", po::bool_switch(), "print the plan (tensor, type, method, bytes, totals) and exit");
   add_threads(opts);
+  add_device(opts);
   add_json(opts);
   po::variables_map vm;
   if (!parse(args,
              "bonsai quantize -m SRC -o OUT.gguf|OUT.bonsai [--plan PRESET|FILE] [--method M] [--rotate hadamard "
-             "--rotate-block B] [--calib FILE...] [--calib-windows N --calib-len L] [--stats FILE] [--seed S] [--gptq-passes N] [--tune-steps N --tune-lr X] [--type ptq1_0|pq2_0] [--residual none|kmeans|pattern --rc-dim V --rc-size K --rc-rows G] [--from STAGE1] [--tensor-type REGEX=TYPE...] [--threads N] [--max-memory SIZE] [--resume|--restart] [--dry-run]",
+             "--rotate-block B] [--calib FILE...] [--calib-windows N --calib-len L] [--stats FILE] [--seed S] [--gptq-passes N] [--tune-steps N --tune-lr X] [--type ptq1_0|pq2_0] [--residual none|kmeans|pattern --rc-dim V --rc-size K --rc-rows G] [--from STAGE1] [--tensor-type REGEX=TYPE...] [--threads N] [--device cpu|cuda[:N]] [--max-memory SIZE] [--resume|--restart] [--dry-run]",
              "Quantizes a model by a mixed-precision plan. Ternary tensors (PTQ1_0, PQ2_0) are fitted to\n"
              "activation statistics measured block by block on the calibration text (each block sees the\n"
              "outputs of the blocks already quantized); other types use their reference encoders. With\n"
@@ -212,7 +219,9 @@ int run(const std::vector<std::string>& args) {
              "weight is decoded when its turn comes, and finished blocks live in OUT.partial/ until the\n"
              "output is written from there. Before any work the job prints what it will need in RAM\n"
              "(one matrix's work, the calibration buffers) and refuses when the machine, or\n"
-             "--max-memory, has less (docs/scale.md).\n\n"
+             "--max-memory, has less (docs/scale.md). --device cuda runs each block's calibration\n"
+             "forward, its statistics and gptq's numerics on the GPU, one block at a time there, and\n"
+             "refuses before any work a block that does not fit the device.\n\n"
              "Crash-safe: every finished block is kept in OUT.partial/ (checksummed, with the inputs and\n"
              "options it belongs to) and OUT appears, complete, only at the end. After a kill or an error,\n"
              "rerun the same command with --resume to continue from the last finished block; the result is\n"
@@ -225,6 +234,7 @@ int run(const std::vector<std::string>& args) {
     return 0;
   quant::QuantizeOptions o;
   o.source = vm["model"].as<std::string>();
+  o.device = vm["device"].as<std::string>();
   if (vm.count("max-memory")) try {
       o.max_memory = parse_byte_size(vm["max-memory"].as<std::string>(), "--max-memory");
     } catch (const Error& e) {

@@ -297,6 +297,7 @@ SensitivityTable measure_sensitivity(const SensitivityOptions& o, const Sensitiv
     qo.plan = stem + ".yaml";
     qo.method = o.method;
     qo.stats_path = o.stats;
+    qo.device = o.device;  // gptq's numerics where the KL runs are
     qo.calib_files = files;
     quant::QuantizeEvents qe;
     qe.info = [&](const std::string& s) {

@@ -214,6 +214,7 @@ quant::QuantizeOptions quantize_options(const SweepOptions& o, const SweepTask& 
   qo.calib_windows = o.calib_windows;
   qo.calib_len = o.calib_len;
   qo.seed = o.seed;
+  qo.device = o.device;  // the calibration and gptq run where the evaluation does
   // A row killed part-way (a job's time limit, a preempted task) left its finished blocks in
   // NAME.gguf.partial/: the rerun of that row continues from them. The checkpoint refuses (naming
   // its state file) when the row's options changed since.

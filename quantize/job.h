@@ -74,6 +74,7 @@ class QuantizeJob {
   ModelConfig cfg_;
   std::optional<HadamardSpec> rotation_;
   std::optional<TensorSet> from_;  // --from
+  MethodOptions mo_;               // the options' methods, with gptq on the GPU for --device cuda
 
   StatsMode stats_mode_ = StatsMode::none;
   bool keep_stats_ = false;  // measured statistics saved to --stats at the end (kept per block)
@@ -84,6 +85,9 @@ class QuantizeJob {
 
   MemoryNeed need_;
   MemoryPlacement memory_;
+  std::vector<MemoryItem> device_need_;  // --device cuda
+  int64_t device_free0_ = -1, device_free_min_ = -1;  // free GPU memory at the start, and its least sample
+  void sample_device();
 
   std::optional<TensorSet> outer_;  // embedding and head in their plan types (checkpoint file)
   std::unique_ptr<Model> m_;

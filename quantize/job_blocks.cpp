@@ -42,7 +42,7 @@ void QuantizeJob::quantize_group(int64_t l, const std::string& input, calib::Sta
     std::vector<Tensor>& rt = cur_.residuals[w.name];
     const std::vector<float> f32 = working_copy(w, rotation_ ? &*rotation_ : nullptr);
     MappedFile::release(w.data, w.nbytes);  // decoded: the source's pages may go
-    cur_.quantized.push_back(quantize_matrix(w, f32.data(), *tp, mom, o_.method_opts, cur_.owner, &err,
+    cur_.quantized.push_back(quantize_matrix(w, f32.data(), *tp, mom, mo_, cur_.owner, &err,
                                              [this](const std::string& s) { info(s); }, o_.residual, &rt,
                                              start ? &*start : nullptr));
     cur_.errors.push_back(err);
@@ -62,6 +62,7 @@ void QuantizeJob::quantize_group(int64_t l, const std::string& input, calib::Sta
 // After block l: its tensors, errors, statistics (when kept) and the hidden states after it go
 // to its checkpoint; the block's work is freed, and the checkpoint file, mapped, holds it now.
 void QuantizeJob::finish_block(int64_t l, std::span<const float> hidden, calib::Stats* stats) {
+  sample_device();
   const auto c0 = std::chrono::steady_clock::now();
   BlockCheckpoint b;
   b.errors = nlohmann::ordered_json::array();
@@ -151,6 +152,7 @@ void QuantizeJob::calibrate() {
   manifest_["sequential"] = "each block measured on the outputs of the blocks already quantized";
 
   calib::CalibrateOptions co;
+  co.device = o_.device;
   co.gram = res_.plan.needs_gram();
   // Without a statistics file one Gram matrix at a time, taken over by the quantizer; with one,
   // a block's until its checkpoint has saved them.

@@ -1,4 +1,5 @@
 // Phase 1 of the quantize job (quantize/job.h): what the job is, before any work.
+#include <algorithm>
 #include <filesystem>
 
 #include "formats/byte_size.h"
@@ -8,7 +9,12 @@
 #include "quantize/provenance.h"
 #include "quantize/rotate.h"
 #include "quantize/tune.h"
+#include "runtime/backend.h"
 #include "runtime/bench.h"
+
+#ifdef BONSAI_HAVE_QUANT_CUDA
+#include "quantize/cuda/gptq_cuda.h"
+#endif
 
 namespace bonsai::quant {
 
@@ -32,6 +38,18 @@ void QuantizeJob::stage(const std::string& name) {
   t0_ = now;
 }
 
+// The least free GPU memory so far: sampled while a block's session is alive (its checkpoint),
+// and gptq's own lowest sample at its peaks.
+void QuantizeJob::sample_device() {
+#ifdef BONSAI_HAVE_QUANT_CUDA
+  if (!mo_.gpu) return;
+  int64_t f = quant::cuda::device_free_bytes();
+  if (const int64_t g = quant::cuda::lowest_free_seen(); g >= 0) f = std::min(f, g);
+  device_free_min_ = std::min(device_free_min_, f);
+  res_.peak_device_bytes = device_free0_ - device_free_min_;
+#endif
+}
+
 const std::string& QuantizeJob::source_sha() {
   if (source_sha_.empty()) source_sha_ = source_sha256(o_.source);
   return source_sha_;
@@ -51,6 +69,14 @@ void QuantizeJob::resolve() {
     if (t.method == Method::tune) require_torch();
   info(cat("plan ", rp.plan_name, " (", rp.plan_source, ") on ", o_.source, ":"));
   info(rp.table());
+  mo_ = o_.method_opts;
+  if (o_.device != "cpu") {
+    // Now, before any work: a device that is not there is an Error naming it; this one becomes
+    // the current device for gptq's numerics (the calibration's backends make it current too).
+    const auto be = make_backend(o_.device, 0);
+    info(cat("device: ", be->name()));
+    mo_.gpu = true;
+  }
   if (o_.rotate) {
     std::vector<std::pair<std::string, int64_t>> rotated;
     for (const auto& t : rp.tensors)
@@ -142,6 +168,26 @@ void QuantizeJob::plan_memory(bool refuse) {
   info(memory_table(need_, memory_, limit, source));
   res_.predicted_ram_bytes = memory_.ram_bytes;
   res_.spilled_bytes = memory_.spilled_bytes;
+  if (!mo_.gpu) return;
+  device_need_ = predict_device_memory(cfg_, res_.plan, job);
+  uint64_t total = 0;
+  for (const MemoryItem& i : device_need_) total += i.bytes;
+  uint64_t free_bytes = 0;
+#ifdef BONSAI_HAVE_QUANT_CUDA
+  free_bytes = uint64_t(quant::cuda::device_free_bytes());
+  device_free0_ = device_free_min_ = int64_t(free_bytes);
+#endif
+  std::string table = cat("GPU memory (", o_.device, "): ", human_bytes(double(total)), " at a block's peak, ",
+                          human_bytes(double(free_bytes)), " free\n");
+  for (const MemoryItem& i : device_need_) table += cat("  ", i.what, ": ", human_bytes(double(i.bytes)), "\n");
+  info(table);
+  res_.predicted_device_bytes = total;
+  try {
+    check_device_memory(device_need_, free_bytes, o_.device);
+  } catch (const Error& e) {
+    if (refuse) throw;
+    info(cat("this job would be refused: ", e.what()));
+  }
 }
 
 }  // namespace bonsai::quant

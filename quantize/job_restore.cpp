@@ -20,8 +20,10 @@ nlohmann::ordered_json QuantizeJob::identity() {
   job["plan"] = nlohmann::ordered_json::parse(rp.json());
   job["rotation"] = rotation_json(o_);
   job["seed"] = o_.seed;
-  job["method_options"] = {{"gptq_passes", o_.method_opts.gptq_passes}, {"gptq_descent", o_.method_opts.descent_rounds},
-                           {"tune_steps", o_.method_opts.tune_steps}, {"tune_lr", o_.method_opts.tune_lr}};
+  job["method_options"] = {{"gptq_passes", mo_.gptq_passes}, {"gptq_descent", mo_.descent_rounds},
+                           {"tune_steps", mo_.tune_steps}, {"tune_lr", mo_.tune_lr}};
+  // A GPU's results differ from the CPU's in float rounding: a job on one does not resume on the other.
+  if (o_.device != "cpu") job["device"] = o_.device;
   job["residual"] = {{"kind", residual_kind_name(o_.residual.kind)}, {"dim", o_.residual.dim},
                      {"size", o_.residual.size}, {"rows", o_.residual.rows}};
   job["from"] = o_.from.empty() ? nlohmann::ordered_json(nullptr)
@@ -50,7 +52,7 @@ void QuantizeJob::make_outer() {
     if (t.ne.size() < 2 || tp->block >= 0 || tp->type == t.type) continue;
     if (is_ternary(tp->type)) {
       const std::vector<float> w = working_copy(t, nullptr);
-      made.add(quantize_matrix(t, w.data(), *tp, nullptr, o_.method_opts, made, nullptr, {}));
+      made.add(quantize_matrix(t, w.data(), *tp, nullptr, mo_, made, nullptr, {}));
     } else {
       made.add(convert_tensor(t, tp->type, made));
     }

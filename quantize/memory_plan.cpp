@@ -11,6 +11,11 @@
 #include "formats/error.h"
 #include "runtime/transformer.h"
 
+#ifdef BONSAI_HAVE_QUANT_CUDA
+#include "calibrate/cuda/device_stats.h"
+#include "quantize/cuda/gptq_cuda.h"
+#endif
+
 namespace bonsai::quant {
 
 namespace {
@@ -102,6 +107,56 @@ MemoryNeed predict_memory(const ModelConfig& cfg, const ResolvedPlan& plan, cons
   need.fixed.push_back({"one matrix's work (" + (need.peak_matrix.empty() ? std::string("none") : need.peak_matrix) + ")",
                         std::max({work, collect, outer + outer_work})});
   return need;
+}
+
+std::vector<MemoryItem> predict_device_memory(const ModelConfig& cfg, const ResolvedPlan& plan, const MemoryJob& job) {
+  std::vector<MemoryItem> need;
+#ifdef BONSAI_HAVE_QUANT_CUDA
+  // The context, cuBLAS's and cuSOLVER's handles and kernels: an allowance, checked on the GPU
+  // runs of docs/scale.md.
+  need.push_back({"CUDA context and libraries (allowance)", uint64_t(1) << 30});
+  const double len = double(job.calibrate ? job.len : 0), e = double(cfg.n_embd), ff = double(cfg.n_ff);
+  const double kv = double(cfg.n_head_kv * cfg.head_dim), q = double(cfg.n_head * cfg.head_dim);
+  const double wide = std::max(q, ff);
+  if (job.calibrate) {
+    need.push_back({"forward: every layer's K/V cache (fp16), activations and logits of one window",
+                    uint64_t(2.0 * 2.0 * double(cfg.n_layer) * len * kv) +
+                        f4(len * (2 * e + 2 * q + 2 * kv + 2 * ff + std::max({e, ff, q}) + double(cfg.n_vocab)))});
+    need.push_back({"one window staged in and out", f4(len * (e + 2 * wide))});
+  }
+  uint64_t block_bytes = 0, largest = 0;
+  std::vector<uint64_t> per_block(size_t(std::max<int64_t>(cfg.n_layer, 0)), 0);
+  for (const TensorPlan& t : plan.tensors) {
+    if (t.block < 0 || t.ne.size() < 2) continue;
+    if (size_t(t.block) < per_block.size()) per_block[size_t(t.block)] += t.bytes;
+    if (is_ternary(t.type) && t.method == Method::gptq)
+      largest = std::max(largest, uint64_t(quant::cuda::gptq_device_bytes(t.ne[1], t.ne[0])));
+  }
+  for (uint64_t b : per_block) block_bytes = std::max(block_bytes, b);
+  if (job.calibrate) need.push_back({"the block's weights, uploaded", block_bytes});
+  uint64_t stats = 0;
+  if (job.calibrate)
+    for (int g = 0; g < 4; ++g)
+      stats = std::max(stats, uint64_t(calib::cuda::device_stats_bytes(Session::block_input_width(cfg, g), job.gram)));
+  need.push_back({"the widest input's statistics, or the largest matrix's gptq", std::max(stats, largest)});
+#else
+  (void)cfg, (void)plan, (void)job;
+#endif
+  return need;
+}
+
+void check_device_memory(const std::vector<MemoryItem>& need, uint64_t free_bytes, const std::string& device) {
+  uint64_t total = 0;
+  const MemoryItem* top = nullptr;
+  for (const MemoryItem& i : need) {
+    total += i.bytes;
+    if (!top || i.bytes > top->bytes) top = &i;
+  }
+  if (total > free_bytes)
+    throw Error(cat(device, ": one block of this job needs ", human_bytes(double(total)), " of GPU memory (the largest part: ",
+                    top->what, ", ", human_bytes(double(top->bytes)), ") and the device has ",
+                    human_bytes(double(free_bytes)), " free: use a GPU with more memory, fewer --calib-len tokens, or "
+                    "--device cpu"));
 }
 
 uint64_t available_memory(std::string* source) {

@@ -55,6 +55,17 @@ struct MemoryPlacement {
 };
 MemoryPlacement place_memory(const MemoryNeed& need, uint64_t limit, const std::string& limit_source);
 
+// On a GPU (--device cuda): what the device holds at a block's peak — the CUDA context and
+// libraries (a stated allowance), the block's forward session (cudaMalloc'd whole: every layer's
+// K/V cache in fp16, the activations and logits of one window), one window staged in and out, the
+// block's uploaded weights, and the larger of the widest input's statistics (calibrate/cuda) and
+// the largest matrix's GPTQ (quantize/cuda). Only the block being processed is on the device.
+// Empty in a build without CUDA.
+std::vector<MemoryItem> predict_device_memory(const ModelConfig& cfg, const ResolvedPlan& plan, const MemoryJob& job);
+// Error, before any work, when the device need exceeds `free_bytes` on `device`: it names the
+// device, the need and its largest part.
+void check_device_memory(const std::vector<MemoryItem>& need, uint64_t free_bytes, const std::string& device);
+
 // The table the job prints before it starts.
 std::string memory_table(const MemoryNeed& need, const MemoryPlacement& place, uint64_t limit,
                          const std::string& limit_source);

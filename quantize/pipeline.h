@@ -55,6 +55,9 @@ struct QuantizeOptions {
   // window buffers beyond it spill to files beside the output; a job whose fixed part exceeds it
   // is refused before any work.
   uint64_t max_memory = 0;
+  // --device: where the calibration forward, its statistics and gptq's numerics run ("cpu",
+  // "cuda[:N]"). Only the block being processed is on the GPU; the CPU path is the reference.
+  std::string device = "cpu";
 };
 
 struct QuantizeEvents {
@@ -83,6 +86,8 @@ struct QuantizeResult {
   int64_t peak_rss_bytes = 0;
   int64_t peak_anon_bytes = 0;
   uint64_t predicted_ram_bytes = 0;  // memory_plan.h's prediction, printed before the work
+  uint64_t predicted_device_bytes = 0;  // the same for the GPU (--device cuda)
+  int64_t peak_device_bytes = 0;        // the device memory the job's GPU work held at most
   uint64_t spilled_bytes = 0;        // calibration buffers placed in files
 };
 

@@ -8,6 +8,9 @@
 #include "formats/error.h"
 #include "formats/fp16.h"
 #include "quantize/gptq.h"
+#ifdef BONSAI_HAVE_QUANT_CUDA
+#include "quantize/cuda/gptq_cuda.h"
+#endif
 #include "quantize/grid4.h"
 #include "quantize/group_fit.h"
 #include "quantize/tune.h"
@@ -110,7 +113,13 @@ TernaryMatrix quantize_ternary(const MatrixIn& in, Method method, const MethodOp
   out.cols = in.cols;
   out.codes.assign(size_t(in.rows * in.cols), 0);
   out.scales.assign(size_t(in.rows * (in.cols / kGroup)), 0);
-  if (method == Method::gptq) {
+  if (method == Method::gptq && opts.gpu) {
+#ifdef BONSAI_HAVE_QUANT_CUDA
+    cuda::gptq_ternary(in, opts, out);
+#else
+    throw Error("quantize: gptq on a GPU needs a build with CUDA (BONSAI_CUDA=ON)");
+#endif
+  } else if (method == Method::gptq) {
     gptq_ternary(in, opts, out);
   } else if (method == Method::tune) {
     per_group(in, Method::optimal, false, out);

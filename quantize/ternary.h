@@ -52,6 +52,9 @@ struct MethodOptions {
   // on each threshold's ratio to its scale).
   int tune_steps = 150;
   double tune_lr = 2e-2;
+  // gptq's numerics on the current CUDA device (quantize/cuda/gptq_cuda.h; the pipeline makes
+  // --device's GPU current). The result equals the CPU's up to float rounding, not bit for bit.
+  bool gpu = false;
 };
 
 // Codes (rows × cols, values in {-1, 0, +1}, or {-1, 0, +1, +2} with four_levels) and fp16

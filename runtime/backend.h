@@ -21,6 +21,12 @@ class Backend {
   // Backend memory for n floats, zeroed, owned by the backend until it is destroyed.
   virtual float* alloc(int64_t n) = 0;
   virtual void to_host(const float* src, float* dst, int64_t n) = 0;
+  virtual void from_host(const float* src, float* dst, int64_t n) = 0;  // dst: backend memory
+  // Whether backend memory is host memory (the CPU): host buffers may then be passed directly.
+  virtual bool host_memory() const { return false; }
+  // The native queue this backend's work is ordered on (CUDA: its cudaStream_t), for code that
+  // adds its own device work to the same order (calibrate/cuda's statistics); null on the CPU.
+  virtual void* native_stream() const { return nullptr; }
 
   // out[i] = row ids[i] of the table, decoded to float (ids are host memory).
   virtual void embed(const Tensor& table, const int32_t* ids, int64_t n, float* out) = 0;

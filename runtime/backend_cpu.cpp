@@ -42,6 +42,8 @@ class CpuBackend final : public Backend {
   void to_host(const float* src, float* dst, int64_t n) override {
     if (src != dst) std::memcpy(dst, src, size_t(n) * sizeof(float));
   }
+  void from_host(const float* src, float* dst, int64_t n) override { to_host(src, dst, n); }
+  bool host_memory() const override { return true; }
 
   void embed(const Tensor& table, const int32_t* ids, int64_t n, float* out) override {
     cpu::get_rows(table, ids, n, out);

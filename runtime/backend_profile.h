@@ -21,6 +21,9 @@ class ForwardingBackend : public Backend {
   std::string name() const override { return inner_.name(); }
   float* alloc(int64_t n) override { return inner_.alloc(n); }
   void to_host(const float* src, float* dst, int64_t n) override { inner_.to_host(src, dst, n); }
+  void from_host(const float* src, float* dst, int64_t n) override { inner_.from_host(src, dst, n); }
+  bool host_memory() const override { return inner_.host_memory(); }
+  void* native_stream() const override { return inner_.native_stream(); }
   void embed(const Tensor& table, const int32_t* ids, int64_t n, float* out) override { inner_.embed(table, ids, n, out); }
   void matmul(const Tensor& w, const float* x, int64_t n, float* y) override { inner_.matmul(w, x, n, y); }
   void matmul_shared(const Tensor* const* w, float* const* y, int count, const float* x, int64_t n) override {

@@ -1,6 +1,8 @@
 #include "quantize/cuda/gptq_cuda.h"
 
+#include <atomic>
 #include <chrono>
+#include <climits>
 #include <vector>
 
 #include "quantize/cuda/gptq_device.cuh"
@@ -12,6 +14,8 @@ namespace {
 // The libraries' state that no counted array holds (cuSOLVER's handle and its own cuBLAS, the
 // allocator's rounding of each array to its granularity), bounded generously.
 constexpr int64_t kLibraryBytes = int64_t(32) << 20;
+
+std::atomic<int64_t> g_lowest_free{INT64_MAX};
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -28,6 +32,11 @@ int64_t device_free_bytes() {
   size_t free = 0, total = 0;
   BONSAI_CUDA_CHECK(cudaMemGetInfo(&free, &total));
   return int64_t(free);
+}
+
+int64_t lowest_free_seen() {
+  const int64_t v = g_lowest_free.load();
+  return v == INT64_MAX ? -1 : v;
 }
 
 void gptq_ternary(const MatrixIn& in, const MethodOptions& opts, TernaryMatrix& out, GptqDeviceReport* report) {
@@ -64,6 +73,8 @@ void gptq_ternary(const MatrixIn& in, const MethodOptions& opts, TernaryMatrix& 
   }
   rep.peak_bytes = count.peak;
   rep.min_free_bytes = count.min_free;
+  for (int64_t cur = g_lowest_free.load(); rep.min_free_bytes < cur && !g_lowest_free.compare_exchange_weak(cur, rep.min_free_bytes);) {
+  }
   if (report) *report = rep;
 }
 

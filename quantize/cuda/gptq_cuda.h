@@ -35,6 +35,10 @@ int64_t gptq_device_bytes(int64_t rows, int64_t cols);
 // before any work; Error without a device.
 int64_t device_free_bytes();
 
+// The least free device memory any gptq_ternary call of this process has seen at its peaks (-1:
+// none ran): what a job reports as its GPU peak, beside its own samples.
+int64_t lowest_free_seen();
+
 // What one call did, for logs and the tests: the most device memory its arrays held at once
 // (the libraries' internal state not included), the least free device memory seen at its peaks
 // (cudaMemGetInfo: everything included), the GPTQ passes it ran, and where the time went.

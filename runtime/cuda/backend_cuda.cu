@@ -54,6 +54,12 @@ class CudaBackend final : public Backend {
     BONSAI_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     BONSAI_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
+  // Synchronous: the host buffer may be reused as soon as this returns.
+  void from_host(const float* src, float* dst, int64_t n) override {
+    BONSAI_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    BONSAI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void* native_stream() const override { return stream_; }
 
   void embed(const Tensor& table, const int32_t* ids, int64_t n, float* out) override {
     act_key_ = {};

@@ -91,3 +91,33 @@ TEST(MemoryPlan, SpillsTheLargestBuffersFirstAndRefusesBelowTheFixedPart) {
     EXPECT_NE(m.find(n.peak_matrix), std::string::npos) << m;
   }
 }
+
+// --device cuda: a block that does not fit the GPU is refused before any work, naming the device
+// and the largest part of the need (no device needed: the prediction is from the shapes).
+TEST(MemoryPlan, ABlockThatDoesNotFitTheGpuIsRefused) {
+  bool tied = false;
+  const ModelConfig c = synth_config("qwen3", "8b", &tied);
+  MemoryJob job;
+  job.calibrate = job.gram = true;
+  job.windows = 128;
+  job.len = 512;
+  const std::vector<MemoryItem> need = predict_device_memory(c, default_plan(c, tied), job);
+#ifndef BONSAI_HAVE_QUANT_CUDA
+  EXPECT_TRUE(need.empty());
+  GTEST_SKIP() << "a build without CUDA predicts no GPU memory";
+#else
+  uint64_t total = 0;
+  for (const MemoryItem& i : need) total += i.bytes;
+  EXPECT_GT(total, uint64_t(3) << 30);   // gptq of ffn_down alone: 16 · 12288² bytes
+  EXPECT_LT(total, uint64_t(16) << 30);  // one block of 8B fits a 16 GB card
+  check_device_memory(need, total, "cuda:0");
+  try {
+    check_device_memory(need, total - 1, "cuda:0");
+    FAIL() << "a need above the free memory was accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("cuda:0: one block of this job needs"), std::string::npos) << m;
+    EXPECT_NE(m.find("gptq"), std::string::npos) << m;
+  }
+#endif
+}
