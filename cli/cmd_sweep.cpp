@@ -48,7 +48,7 @@ int run(const std::vector<std::string>& args) {
              "DIR/sweep.json and DIR/pareto.svg (perplexity against bits/weight, references as lines).\n\n"
              "example:\n  bonsai sweep -m zh-tiny-qwen3 --plans b19.yaml b22.yaml ternary-keep-embed-head-q8 \\\n"
              "      --eval eval.txt --stats zh.stats.gguf -o sweep/\n\n"
-             "Job array (Slurm; scripts/sweep_slurm.sh submits all three, docs/sweep-slurm.md): the rows\n"
+             "Job array (Slurm; scripts/sweep_slurm.sh submits all three, docs/scale.md): the rows\n"
              "run in parallel as three jobs, each given the same options ARGS:\n"
              "  1. bonsai sweep ARGS --prepare\n"
              "     makes what the tasks share, so that they never race to write it: DIR/bf16.row.json and\n"

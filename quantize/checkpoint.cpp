@@ -44,7 +44,7 @@ std::string hex64(uint64_t v) {
 bool ours(std::string name) {
   if (const size_t t = name.rfind(".tmp."); t != std::string::npos && t + 11 == name.size()) name.resize(t);
   if (name == "state.json" || name == "lock" || name == "outer.gguf") return true;
-  for (const char* p : {"block-", "stats-", "hidden-"})
+  for (const char* p : {"block-", "stats-", "hidden-", "spill-"})
     if (name.starts_with(p) && (name.ends_with(".gguf") || name.ends_with(".f32")) && name.find('/') == std::string::npos)
       return true;
   return false;

@@ -14,7 +14,9 @@
 #      BONSAI_SHARED_DIR  fixtures (default ../shared); PPL_MODELS extra "name=path" pairs
 #      PPL_DEVICES="cuda cpu" (where to measure perplexity; cuda alone when the CPU figures
 #      come from another machine; empty: none), SIZE=8b TYPES="ptq1_0 pq2_0 q4_0 f16" REPS=3,
-#      PROFILE_KERNELS=N (Nsight Compute times N kernels of a PROFILE_TYPE decode step; 0: off)
+#      PROFILE_KERNELS=N (Nsight Compute times N kernels of a PROFILE_TYPE decode step; 0: off),
+#      QUANTIZE="8b:128 14b:32" (quantize --device cuda on synthetic BF16 Qwen3-SIZE with that
+#      many calibration windows of 512, default plan and gptq; empty: none), QUANTIZE_TIMEOUT=1200
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/bonsai-cuda}
@@ -53,7 +55,7 @@ BONSAI_SHARED_DIR=$shared timeout 180 $loader "$tests" --gtest_output=json:"$out
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|Failure" | head -40
 
 say "CUDA calibration tests (calibrate/cuda, quantize/cuda against the CPU)"
-timeout 300 $loader "$calib_tests" --gtest_output=json:"$out/cuda_calib_tests.json" 2>&1 | tee -a "$log" |
+BONSAI_SHARED_DIR=$shared timeout 600 $loader "$calib_tests" --gtest_output=json:"$out/cuda_calib_tests.json" 2>&1 | tee -a "$log" |
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|Failure" | head -40
 
 # GPTQ on a 4096 x 4096 layer: the device's phases against the CPU's whole run.
@@ -80,6 +82,29 @@ for pair in $models; do
     ms=$((($(date +%s%N) - start) / 1000000))
     echo "{\"kind\":\"perplexity\",\"model\":\"$name\",\"device\":\"$dev\",\"ms\":$ms,\"result\":${j:-null}}" | tee -a "$res"
   done
+done
+
+# quantize --device cuda at scale (issue 47): synthetic BF16 models made here (no network, and
+# the files are too large to carry), the default plan and method, time and memory from the job's
+# JSON summary and /usr/bin/time.
+for job in ${QUANTIZE-"8b:128 14b:32"}; do
+  qs=${job%%:*}
+  qw=${job#*:}
+  src=/tmp/bonsai-synth-$qs-bf16.gguf
+  say "synth $qs bf16"
+  [ -f "$src" ] || timeout 900 $loader "$bin/bonsai" synth --size "$qs" --type bf16 --embd-type bf16 --output-type bf16 \
+    --tokenizer "$shared/tokenizers/qwen3/tokenizer.json" -o "$src" >>"$log" 2>&1
+  [ -f "$src" ] || { say "synth $qs failed"; continue; }
+  say "quantize $qs on cuda, $qw windows"
+  start=$(date +%s%N)
+  j=$(/usr/bin/time -v -o "$out/quantize-$qs.time" timeout "${QUANTIZE_TIMEOUT:-1200}" $loader "$bin/bonsai" quantize \
+    -m "$src" -o /tmp/bonsai-q-$qs.gguf --device cuda --calib "$shared"/corpora/zh/calib-*.txt \
+    --calib-windows "$qw" --json 2>>"$log")
+  rc=$?
+  ms=$((($(date +%s%N) - start) / 1000000))
+  rss=$(grep -o 'Maximum resident set size (kbytes): [0-9]*' "$out/quantize-$qs.time" 2>/dev/null | grep -o '[0-9]*$')
+  echo "{\"kind\":\"quantize_cuda\",\"size\":\"$qs\",\"windows\":$qw,\"rc\":$rc,\"ms\":$ms,\"maxrss_kb\":${rss:-null},\"result\":${j:-null}}" | tee -a "$res"
+  rm -f /tmp/bonsai-q-$qs.gguf
 done
 
 # Speed on synthetic Qwen3-$size.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Submits `bonsai sweep SWEEP-OPTIONS` to Slurm as three jobs (docs/sweep-slurm.md), each running
+# Submits `bonsai sweep SWEEP-OPTIONS` to Slurm as three jobs (docs/scale.md, "Sweeps on a Slurm cluster"), each running
 # scripts/sweep_slurm.sbatch: prepare (the shared files), a job array with one task per row once
 # prepare succeeded, and the merge once every task succeeded. A failed job cancels those after it
 # (--kill-on-invalid-dep) instead of leaving them pending forever.
@@ -17,7 +17,7 @@ mkdir -p "$LOGS"
 # The array's size: one task per row after the BF16 base (bonsai reads the plans, not the model).
 n=$("$BONSAI" sweep "$@" --list-tasks | wc -l)
 [ "$n" -gt 0 ] || { echo "sweep_slurm.sh: the sweep has no rows to run" >&2; exit 2; }
-# The three jobs (docs/sweep-slurm.md shows these lines).
+# The three jobs (docs/scale.md, "Sweeps on a Slurm cluster", shows these lines).
 # shellcheck disable=SC2086  # SWEEP_SBATCH: options, split at spaces on purpose
 sb() { sbatch --parsable --kill-on-invalid-dep=yes ${SWEEP_SBATCH:-} "$@" | cut -d';' -f1; }
 prepare=$(sb --job-name=sweep-prepare --output="$LOGS/sweep-prepare-%j.out" "$job" prepare "$@")

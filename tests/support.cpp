@@ -57,8 +57,10 @@ void write_bytes(const std::filesystem::path& p, const std::vector<uint8_t>& byt
   if (!f) throw std::runtime_error("cannot write " + p.string());
 }
 
-int run_bonsai(const std::string& args, std::string* out) {
-  const std::string cmd = std::string(BONSAI_BINARY) + " " + args + " 2>&1";
+int run_bonsai(const std::string& args, std::string* out) { return run_shell(std::string(BONSAI_BINARY) + " " + args, out); }
+
+int run_shell(const std::string& command, std::string* out) {
+  const std::string cmd = command + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return -1;
   std::array<char, 4096> buf{};

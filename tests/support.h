@@ -18,6 +18,8 @@ std::vector<uint8_t> read_bytes(const std::filesystem::path& p);
 void write_bytes(const std::filesystem::path& p, const std::vector<uint8_t>& bytes);
 // Runs the bonsai binary with the given arguments; returns exit status, stdout+stderr in *out.
 int run_bonsai(const std::string& args, std::string* out);
+// Runs `command` with /bin/sh; its exit status, and its stdout + stderr in *out.
+int run_shell(const std::string& command, std::string* out);
 // The same, with `in_child` run in the forked child just before it executes the command (a
 // setrlimit, dropped privileges: they stay in the child). A child killed by a signal returns
 // 128 + the signal number, as a shell reports it.

@@ -34,6 +34,22 @@
 namespace bonsai::quant {
 namespace {
 
+// The Error texts the CPU's and the GPU's gptq refuse `in` with (empty: accepted).
+std::pair<std::string, std::string> refusals(const MatrixIn& in) {
+  std::string cpu, gpu;
+  try {
+    quantize_ternary(in, Method::gptq);
+  } catch (const Error& e) {
+    cpu = e.what();
+  }
+  try {
+    cuda::quantize_gptq(in);
+  } catch (const Error& e) {
+    gpu = e.what();
+  }
+  return {cpu, gpu};
+}
+
 struct Layer {
   int64_t rows = 0, cols = 0;
   std::vector<float> w, imp;
@@ -206,17 +222,7 @@ TEST(GptqCuda, NotPositiveDefiniteRaisesTheCpusError) {
     if (j + 1 < cols) g[size_t(j * cols + j + 1)] = g[size_t((j + 1) * cols + j)] = 0.9;
   }
   const MatrixIn in{w.data(), rows, cols, nullptr, g.data()};
-  std::string cpu_what, gpu_what;
-  try {
-    quantize_ternary(in, Method::gptq);
-  } catch (const Error& e) {
-    cpu_what = e.what();
-  }
-  try {
-    cuda::quantize_gptq(in);
-  } catch (const Error& e) {
-    gpu_what = e.what();
-  }
+  const auto [cpu_what, gpu_what] = refusals(in);
   EXPECT_NE(cpu_what.find("not positive definite"), std::string::npos) << cpu_what;
   EXPECT_EQ(gpu_what, cpu_what);
 }
@@ -279,17 +285,7 @@ TEST(GptqCuda, InvalidInputIsTheCpusErrorBeforeAnyDevice) {
   std::vector<double> g(200 * 200, 0.0);
   for (int64_t j = 0; j < 200; ++j) g[size_t(j * 200 + j)] = 1.0;
   const MatrixIn in{w.data(), 8, 200, nullptr, g.data()};
-  std::string cpu_what, gpu_what;
-  try {
-    quantize_ternary(in, Method::gptq);
-  } catch (const Error& e) {
-    cpu_what = e.what();
-  }
-  try {
-    cuda::quantize_gptq(in);
-  } catch (const Error& e) {
-    gpu_what = e.what();
-  }
+  const auto [cpu_what, gpu_what] = refusals(in);
   EXPECT_NE(cpu_what.find("not a multiple of the group size"), std::string::npos) << cpu_what;
   EXPECT_EQ(gpu_what, cpu_what);
 }

@@ -1,7 +1,7 @@
 // `bonsai sweep` as a Slurm job array, end to end: a single-node Slurm cluster private to this
 // test (its own munge key and socket, slurm.conf, ports, state and spool folders, all in a scratch
 // folder; the daemons run as the current user and die with the test), then scripts/sweep_slurm.sh
-// (the submission docs/sweep-slurm.md shows) runs a 3-plan sweep of zh-tiny-qwen3 as the three
+// (the submission docs/scale.md shows) runs a 3-plan sweep of zh-tiny-qwen3 as the three
 // jobs: prepare, the array, the merge. The merged table must equal the same sweep's on one machine
 // (every column but the times), and the logs must show that the tasks measured the rows and the
 // merge measured nothing. Without Slurm (slurm-wlm and munge, scripts/deps.sh) or where it cannot
@@ -38,17 +38,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Runs `cmd` with /bin/sh; returns its exit status and stdout+stderr in *out.
-int sh(const std::string& cmd, std::string* out) {
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  std::array<char, 4096> buf{};
-  out->clear();
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out->append(buf.data(), n);
-  const int st = ::pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+int sh(const std::string& cmd, std::string* out) { return test::run_shell(cmd, out); }
 
 std::string sh_out(const std::string& cmd) {
   std::string out;
@@ -313,7 +303,7 @@ TEST(SweepSlurm, JobArrayMergesToTheOneMachineSweep) {
                                " --calib-windows 4 --calib-len 64");
   const fs::path local = dir / "local", array = dir / "array", logs = dir / "logs";
 
-  // The array's three jobs, submitted as docs/sweep-slurm.md shows.
+  // The array's three jobs, submitted as docs/scale.md shows.
   std::string out;
   const std::string submit = cat("BONSAI=", sh_quote(BONSAI_BINARY), " LOGS=", sh_quote(logs.string()), " ",
                                  sh_quote(std::string(BONSAI_SOURCE_DIR) + "/scripts/sweep_slurm.sh"), " ", args,

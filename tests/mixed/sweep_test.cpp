@@ -112,6 +112,16 @@ TEST(Sweep, SecondRunSkipsFinishedRows) {
   EXPECT_DOUBLE_EQ(second[1].ppl, first[1].ppl);
 }
 
+// A scratch folder with q4.yaml (a plan that needs no statistics) and eval.txt: two chunks' worth of
+// the evaluation text, since each step tokenizes it again.
+static fs::path small_sweep_inputs() {
+  const auto dir = test::scratch_dir();
+  write_text_file((dir / "q4.yaml").string(), "name: q4\ndefault: Q4_0\n");
+  const std::string eval = read_text_file(test::shared_file("corpora/zh/eval-debian-handbook-zh-CN.txt").string());
+  write_text_file((dir / "eval.txt").string(), eval.substr(0, eval.rfind('\n', 4000) + 1));
+  return dir;
+}
+
 // The job array's steps (SweepStep) on zh-tiny: a task before prepare names the missing base, an
 // index out of range lists the tasks, a task whose plan needs statistics that are not there names
 // the file (it never measures them); prepare and a task write their rows and no table; the plain
@@ -119,11 +129,7 @@ TEST(Sweep, SecondRunSkipsFinishedRows) {
 TEST(Sweep, JobArrayStepsShareOnlyWhatPrepareMade) {
   BONSAI_REQUIRE_SHARED("models/zh-tiny-qwen3/config.json");
   BONSAI_REQUIRE_SHARED("corpora/zh/eval-debian-handbook-zh-CN.txt");
-  const auto dir = test::scratch_dir();
-  write_text_file((dir / "q4.yaml").string(), "name: q4\ndefault: Q4_0\n");
-  // Two chunks' worth of the evaluation text: each step tokenizes it again.
-  const std::string eval = read_text_file(test::shared_file("corpora/zh/eval-debian-handbook-zh-CN.txt").string());
-  write_text_file((dir / "eval.txt").string(), eval.substr(0, eval.rfind('\n', 4000) + 1));
+  const auto dir = small_sweep_inputs();
   SweepOptions o;
   o.model = test::shared_file("models/zh-tiny-qwen3").string();
   o.eval_text = (dir / "eval.txt").string();
@@ -207,10 +213,7 @@ TEST(Sweep, CliListsTasksAndRefusesTwoSteps) {
 TEST(Sweep, KilledTaskResumesItsRow) {
   BONSAI_REQUIRE_SHARED("models/zh-tiny-qwen3/config.json");
   BONSAI_REQUIRE_SHARED("corpora/zh/eval-debian-handbook-zh-CN.txt");
-  const auto dir = test::scratch_dir();
-  write_text_file((dir / "q4.yaml").string(), "name: q4\ndefault: Q4_0\n");
-  const std::string eval = read_text_file(test::shared_file("corpora/zh/eval-debian-handbook-zh-CN.txt").string());
-  write_text_file((dir / "eval.txt").string(), eval.substr(0, eval.rfind('\n', 4000) + 1));
+  const auto dir = small_sweep_inputs();
   const fs::path out = dir / "out";
   const std::string args = "sweep -m " + test::shared_file("models/zh-tiny-qwen3").string() + " --eval " +
                            (dir / "eval.txt").string() + " --ctx 32 --chunks 2 --kl-top-k 8 --no-q8-reference -o " +
@@ -230,10 +233,10 @@ TEST(Sweep, KilledTaskResumesItsRow) {
   EXPECT_NE(qlog.find("2 of 6 blocks already done"), std::string::npos) << qlog;
 }
 
-// docs/sweep-slurm.md shows the lines of scripts/sweep_slurm.sh that submit the three jobs (the
+// docs/scale.md shows the lines of scripts/sweep_slurm.sh that submit the three jobs (the
 // script sweep_slurm_slow_test.cpp runs on its own Slurm cluster): each is in the script as shown.
 TEST(Sweep, DocsShowTheSubmissionScriptsLines) {
-  const std::string doc = read_text_file(std::string(BONSAI_SOURCE_DIR) + "/docs/sweep-slurm.md");
+  const std::string doc = read_text_file(std::string(BONSAI_SOURCE_DIR) + "/docs/scale.md");
   const std::string script = read_text_file(std::string(BONSAI_SOURCE_DIR) + "/scripts/sweep_slurm.sh");
   const size_t at = doc.find("These are the lines of `scripts/sweep_slurm.sh`");
   ASSERT_NE(at, std::string::npos);
