@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -46,6 +48,23 @@ void AtomicFile::write(const void* data, uint64_t n) {
   }
 }
 
+void AtomicFile::write_at(uint64_t at, const void* data, uint64_t n) {
+  if (at > offset_ || n > offset_ - at)
+    fail(path_, "cannot rewrite bytes [", at, ", +", n, ") of the ", offset_, " written so far");
+  if (kill_points_armed()) kill_point("write:" + std::filesystem::path(path_).filename().string());
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd_, p, n > (1u << 30) ? (1u << 30) : size_t(n), off_t(at));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail(path_, "write failed: ", std::strerror(errno));
+    }
+    p += w;
+    n -= uint64_t(w);
+    at += uint64_t(w);
+  }
+}
+
 void AtomicFile::pad_to(uint64_t alignment) {
   static const uint8_t zeros[256] = {};
   while (offset_ % alignment) {
@@ -79,6 +98,35 @@ void AtomicFile::commit() {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+namespace {
+
+std::string folder_of(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+std::string gib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(uint64_t(1) << 30));
+  return buf;
+}
+
+}  // namespace
+
+uint64_t available_bytes(const std::string& path) {
+  const std::string dir = folder_of(path);
+  struct statvfs st{};
+  if (::statvfs(dir.c_str(), &st) != 0)
+    fail(path, "cannot find the free space of its folder ", dir, ": ", std::strerror(errno));
+  return uint64_t(st.f_bavail) * uint64_t(st.f_frsize);
+}
+
+void require_space(const std::string& path, uint64_t need, uint64_t available) {
+  if (available >= need) return;
+  fail(path, "needs ", need, " bytes (", gib(need), ") but its filesystem (", folder_of(path), ") has ", available,
+       " bytes (", gib(available), ") free; nothing was written");
 }
 
 int remove_stale_temps(const std::string& path) {

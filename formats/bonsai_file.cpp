@@ -422,54 +422,59 @@ TensorSet read_bonsai(const std::string& path, const BonsaiReadOptions& opts) {
   return ts;
 }
 
-void write_bonsai(const std::string& path, const Metadata& meta_in, std::span<const Tensor> tensors) {
+BonsaiWriter::BonsaiWriter(std::string path, const Metadata& meta_in, std::span<const Tensor> table)
+    : StreamWriter(std::move(path), table), hash_(std::make_unique<Hash>()), checksums_(table.size(), 0) {
+  const std::string& where = this->path();  // `path` was moved into the base
   Metadata meta = meta_in;
   if (!meta.has("bonsai.tool_version")) meta.set_str("bonsai.tool_version", BONSAI_VERSION);
-  if (!meta.has("bonsai.created")) meta.set_str("bonsai.created", creation_time(path));
+  if (!meta.has("bonsai.created")) meta.set_str("bonsai.created", creation_time(where));
   std::vector<uint8_t> region(kHeaderBytes, 0);
-  write_metadata(region, meta, path);  // first: it checks that every value holds its declared type
-  check_reserved_keys(path, meta);
+  write_metadata(region, meta, where);  // first: it checks that every value holds its declared type
+  check_reserved_keys(where, meta);
   Header h;
   if (const KvValue* a = meta.find("bonsai.alignment")) h.alignment = std::get<uint32_t>(a->scalar);
   h.n_kv = meta.size();
   h.meta_size = region.size() - kHeaderBytes;
 
-  // Validate every tensor and its link before anything is written (§5, §5.1).
+  // Validate every entry and its link before anything is written (§5, §5.1).
   std::unordered_map<std::string, size_t> by_name;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const Tensor& t = tensors[i];
-    if (t.name.empty()) fail(path, "tensor ", i, " has an empty name");
-    if (!by_name.emplace(t.name, i).second) fail(path, "duplicate tensor name '", t.name, "'");
+  for (size_t i = 0; i < table.size(); ++i) {
+    const Tensor& t = table[i];
+    if (t.name.empty()) fail(where, "tensor ", i, " has an empty name");
+    if (!by_name.emplace(t.name, i).second) fail(where, "duplicate tensor name '", t.name, "'");
     const std::string who = cat("tensor '", t.name, "'");
     const TypeTraits* tt = find_type(uint32_t(t.type));
-    if (!tt) fail(path, who, ": unknown type id ", uint32_t(t.type));
+    if (!tt) fail(where, who, ": unknown type id ", uint32_t(t.type));
     if (t.ne.empty() || t.ne.size() > size_t(kMaxDims))
-      fail(path, who, ": ", t.ne.size(), " dimensions, expected 1 to ", kMaxDims);
+      fail(where, who, ": ", t.ne.size(), " dimensions, expected 1 to ", kMaxDims);
     for (int64_t d : t.ne)
-      if (d < 1) fail(path, who, ": shape ", t.shape_str(), " has a dimension below 1");
+      if (d < 1) fail(where, who, ": shape ", t.shape_str(), " has a dimension below 1");
     const auto want = tensor_bytes(t.type, t.ne);
-    if (!want) fail(path, who, ": ", tt->name, " cannot hold shape ", t.shape_str());
+    if (!want) fail(where, who, ": ", tt->name, " cannot hold shape ", t.shape_str());
     if (t.nbytes != *want)
-      fail(path, who, ": ", t.nbytes, " bytes given, ", tt->name, " ", t.shape_str(), " takes ", *want);
-    if (!t.data) fail(path, who, " has no data");
+      fail(where, who, ": ", t.nbytes, " bytes given, ", tt->name, " ", t.shape_str(), " takes ", *want);
   }
   std::vector<Link> links;
-  for (const Tensor& t : tensors) {
+  for (const Tensor& t : table) {
     Link l = link_of(t.name);
     if (l.role != kWeight) {
       auto b = by_name.find(l.base);
       if (b == by_name.end())
-        fail(path, "tensor '", t.name, "' links to base '", l.base, "', which is not in the file");
+        fail(where, "tensor '", t.name, "' links to base '", l.base, "', which is not in the file");
       if (link_of(l.base).role != kWeight)
-        fail(path, "tensor '", t.name, "' links to '", l.base, "', which is not a weight");
+        fail(where, "tensor '", t.name, "' links to '", l.base, "', which is not a weight");
     }
     links.push_back(std::move(l));
   }
 
+  // The checksums are not known until the data has streamed past: the table is written with
+  // zeros in their place and rewritten with them, with the header checksum, in finish(). The
+  // temporary is not the output until commit, so no reader ever sees the zeros.
   h.table_offset = kHeaderBytes + h.meta_size;
   uint64_t offset = 0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const Tensor& t = tensors[i];
+  std::vector<uint64_t> offsets;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const Tensor& t = table[i];
     offset = align_up(offset, h.alignment);
     put_string(region, t.name);
     put_u32(region, uint32_t(t.type));
@@ -478,30 +483,53 @@ void write_bonsai(const std::string& path, const Metadata& meta_in, std::span<co
     for (int64_t d : t.ne) put_u64(region, uint64_t(d));
     put_u64(region, offset);
     put_u64(region, t.nbytes);
-    put_u64(region, data_checksum(t.data, t.nbytes));
-    MappedFile::release(t.data, t.nbytes);  // a tensor in a map (a job's checkpoint): read again below
+    checksum_at_.push_back(region.size());
+    put_u64(region, 0);
     put_string(region, links[i].base);
+    offsets.push_back(offset);
     offset += t.nbytes;
   }
-  h.n_tensors = tensors.size();
+  h.n_tensors = table.size();
   h.table_size = region.size() - h.table_offset;
   h.data_offset = align_up(region.size(), h.alignment);
   h.data_size = offset;
-
   const std::vector<uint8_t> head = encode_header(h);
   std::memcpy(region.data(), head.data(), kChecksumAt);
+  for (uint64_t& o : offsets) o += h.data_offset;  // data_offset is aligned: file = data alignment
+  set_layout(std::move(region), std::move(offsets), h.data_offset + h.data_size);
+}
+
+BonsaiWriter::~BonsaiWriter() = default;
+
+// The checksum of the tensor streaming past: data_checksum's XXH3-64, fed in pieces.
+struct BonsaiWriter::Hash {
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> st{XXH3_createState(), XXH3_freeState};
+  Hash() {
+    if (!st) throw std::bad_alloc();
+    XXH3_64bits_reset(st.get());
+  }
+};
+
+void BonsaiWriter::on_bytes(size_t, const uint8_t* data, uint64_t n) {
+  XXH3_64bits_update(hash_->st.get(), data, size_t(n));
+}
+
+void BonsaiWriter::on_tensor_done(size_t i) {
+  checksums_[i] = XXH3_64bits_digest(hash_->st.get());
+  XXH3_64bits_reset(hash_->st.get());
+}
+
+void BonsaiWriter::finish() {
+  std::vector<uint8_t>& region = head();
+  for (size_t i = 0; i < checksums_.size(); ++i) std::memcpy(region.data() + checksum_at_[i], &checksums_[i], 8);
   const uint64_t checksum = header_checksum(region.data(), region.size());
   std::memcpy(region.data() + kChecksumAt, &checksum, sizeof checksum);
+  rewrite_head();
+}
 
-  AtomicFile f(path);
-  f.write(region.data(), region.size());
-  f.pad_to(h.alignment);  // to data_offset
-  for (const Tensor& t : tensors) {
-    f.pad_to(h.alignment);  // data_offset is aligned, so file alignment = data-section alignment
-    f.write(t.data, t.nbytes);
-    MappedFile::release(t.data, t.nbytes);  // streamed from a map: its pages need not stay resident
-  }
-  f.commit();
+void write_bonsai(const std::string& path, const Metadata& meta, std::span<const Tensor> tensors) {
+  BonsaiWriter w(path, meta, tensors);
+  write_tensors(w, tensors);
 }
 
 }  // namespace bonsai

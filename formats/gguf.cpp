@@ -5,7 +5,6 @@
 #include <unordered_set>
 #include <vector>
 
-#include "formats/atomic_file.h"
 #include "formats/error.h"
 #include "formats/kv_codec.h"
 #include "formats/mapped_file.h"
@@ -133,6 +132,7 @@ TensorSet read_gguf(const std::string& path) {
 
 namespace {
 
+// A table entry the writer can lay out; its data is the caller's business (write() takes bytes).
 void check_tensor(const std::string& path, const Tensor& t) {
   if (t.name.size() > kMaxNameBytes)
     fail(path, "tensor name '", t.name, "' is ", t.name.size(), " bytes long (ggml's limit is ", kMaxNameBytes, ")");
@@ -150,46 +150,47 @@ void check_tensor(const std::string& path, const Tensor& t) {
   if (*nbytes != t.nbytes)
     fail(path, "tensor '", t.name, "' holds ", t.nbytes, " bytes, but ", tt->name, " ", t.shape_str(),
          " needs ", *nbytes);
-  if (t.nbytes > 0 && !t.data) fail(path, "tensor '", t.name, "' has no data");
 }
 
 }  // namespace
 
-void write_gguf(const std::string& path, const Metadata& meta, std::span<const Tensor> tensors) {
+GgufWriter::GgufWriter(std::string path, const Metadata& meta, std::span<const Tensor> table)
+    : StreamWriter(std::move(path), table) {
   // Everything is checked (write_metadata checks each value against its type) before the output
   // is created, so a bad input leaves no file at all.
-  const uint64_t align = alignment_of(meta, path);
+  const std::string& p = this->path();
+  const uint64_t align = alignment_of(meta, p);
   std::unordered_set<std::string> names;
-  for (const Tensor& t : tensors) {
-    check_tensor(path, t);
-    if (!names.insert(t.name).second) fail(path, "duplicate tensor name '", t.name, "'");
+  for (const Tensor& t : table) {
+    check_tensor(p, t);
+    if (!names.insert(t.name).second) fail(p, "duplicate tensor name '", t.name, "'");
   }
 
   std::vector<uint8_t> head(kMagic, kMagic + 4);
   put_u32(head, kVersion);
-  put_u64(head, tensors.size());
+  put_u64(head, table.size());
   put_u64(head, meta.size());
-  write_metadata(head, meta, path);
-  uint64_t offset = 0;
-  for (const Tensor& t : tensors) {
+  write_metadata(head, meta, p);
+  uint64_t offset = 0;  // in the data section
+  std::vector<uint64_t> offsets;
+  for (const Tensor& t : table) {
     put_string(head, t.name);
     put_u32(head, uint32_t(t.ne.size()));
     for (int64_t d : t.ne) put_u64(head, uint64_t(d));
     put_u32(head, uint32_t(t.type));
     put_u64(head, offset);
+    offsets.push_back(offset);
     offset += pad_up(t.nbytes, align);
   }
+  // The data section starts at the first aligned byte after the table; the file ends padded.
+  const uint64_t data_start = pad_up(head.size(), align);
+  for (uint64_t& o : offsets) o += data_start;
+  set_layout(std::move(head), std::move(offsets), data_start + offset);
+}
 
-  AtomicFile out(path);
-  out.write(head.data(), head.size());
-  out.pad_to(align);
-  for (const Tensor& t : tensors) {
-    out.write(t.data, t.nbytes);
-    // Streamed from a map (a quantize job's checkpoint files): its pages need not stay resident.
-    MappedFile::release(t.data, t.nbytes);
-    out.pad_to(align);
-  }
-  out.commit();
+void write_gguf(const std::string& path, const Metadata& meta, std::span<const Tensor> tensors) {
+  GgufWriter w(path, meta, tensors);
+  write_tensors(w, tensors);
 }
 
 }  // namespace bonsai

@@ -49,10 +49,15 @@ TensorSet open_model(const std::string& path) {
 
 namespace bonsai {
 
-void write_model(const std::string& path, const Metadata& meta, std::span<const Tensor> tensors) {
-  if (path.ends_with(".gguf")) return write_gguf(path, meta, tensors);
-  if (path.ends_with(".bonsai")) return write_bonsai(path, meta, tensors);
+std::unique_ptr<StreamWriter> open_model_writer(const std::string& path, const Metadata& meta,
+                                                std::span<const Tensor> table) {
+  if (path.ends_with(".gguf")) return std::make_unique<GgufWriter>(path, meta, table);
+  if (path.ends_with(".bonsai")) return std::make_unique<BonsaiWriter>(path, meta, table);
   fail(path, "output must end in .gguf or .bonsai");
+}
+
+void write_model(const std::string& path, const Metadata& meta, std::span<const Tensor> tensors) {
+  write_tensors(*open_model_writer(path, meta, tensors), tensors);
 }
 
 Tensor convert_tensor(const Tensor& t, TypeId type, TensorSet& owner) {

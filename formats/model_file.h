@@ -1,9 +1,11 @@
 // Opens any model this project reads, by content: a GGUF, a `.bonsai`, a safetensors file, a
 // Hugging Face folder, or a llama2.c checkpoint. All come back as the same TensorSet.
 #pragma once
+#include <memory>
 #include <span>
 #include <string>
 
+#include "formats/stream_writer.h"
 #include "formats/tensor_set.h"
 
 namespace bonsai {
@@ -18,6 +20,10 @@ namespace bonsai {
 
 // Writes GGUF when the path ends in .gguf, `.bonsai` when it ends in .bonsai (Error otherwise).
 void write_model(const std::string& path, const Metadata& meta, std::span<const Tensor> tensors);
+// The streaming writer (formats/stream_writer.h) of the same format, chosen the same way, for a
+// model made tensor by tensor: `table` gives names, types, shapes and sizes; the bytes follow.
+std::unique_ptr<StreamWriter> open_model_writer(const std::string& path, const Metadata& meta,
+                                                std::span<const Tensor> table);
 
 // A copy of `t` re-encoded to `type` (decode with the source type, encode with the target's
 // reference encoder), its bytes owned by `owner`. Error naming the tensor when its row length is
