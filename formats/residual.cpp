@@ -69,16 +69,32 @@ std::string kmeans_options_problem(int64_t dim, int64_t size, int64_t rows_per_c
   return {};
 }
 
-std::vector<Tensor> ResidualData::tensors(const Tensor& base, TensorSet& owner) const {
+std::vector<Tensor> ResidualData::view(const Tensor& base) const {
   const int64_t rows = base.ne[1], per_row = base.ne[0] / dim;
-  const uint64_t rb = index.size() / uint64_t(rows);
+  auto part = [&](std::string name, TypeId type, std::vector<int64_t> ne, const void* data, uint64_t have) {
+    Tensor t;
+    t.name = std::move(name);
+    t.type = type;
+    t.ne = std::move(ne);
+    t.nbytes = *tensor_bytes(type, t.ne);
+    if (have != 0 && have != t.nbytes)
+      throw Error(cat("residual of '", base.name, "': '", t.name, "' holds ", have, " bytes, its shape ",
+                      t.shape_str(), " needs ", t.nbytes));
+    t.data = have != 0 ? static_cast<const uint8_t*>(data) : nullptr;
+    return t;
+  };
   std::vector<Tensor> out;
-  out.push_back(make_tensor(base.name + kRcCodebookSuffix, TypeId::F16, {dim, size, books}, codebook.data(),
-                            codebook.size() * 2, owner));
-  out.push_back(make_tensor(base.name + kRcIndexSuffix, TypeId::I8, {int64_t(rb), rows}, index.data(), index.size(), owner));
+  out.push_back(part(base.name + kRcCodebookSuffix, TypeId::F16, {dim, size, books}, codebook.data(), codebook.size() * 2));
+  const int64_t rb = int64_t(index_row_bytes(per_row, index_bits(size)));
+  out.push_back(part(base.name + kRcIndexSuffix, TypeId::I8, {rb, rows}, index.data(), index.size()));
   if (scheme == ResidualScheme::pattern)
-    out.push_back(make_tensor(base.name + kRcParamsSuffix, TypeId::F16, {2, per_row, rows}, params.data(),
-                              params.size() * 2, owner));
+    out.push_back(part(base.name + kRcParamsSuffix, TypeId::F16, {2, per_row, rows}, params.data(), params.size() * 2));
+  return out;
+}
+
+std::vector<Tensor> ResidualData::tensors(const Tensor& base, TensorSet& owner) const {
+  std::vector<Tensor> out;
+  for (const Tensor& v : view(base)) out.push_back(make_tensor(v.name, v.type, v.ne, v.data, v.nbytes, owner));
   return out;
 }
 

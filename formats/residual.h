@@ -55,7 +55,13 @@ struct ResidualData {
   std::vector<uint8_t> index;      // rows × row_bytes
   std::vector<uint16_t> params;    // pattern: fp16 [rows][cols/128][2]
 
-  // The tensors <base>.rc_codebook, <base>.rc_index (and .group_params), data copied into `owner`.
+  // The tensors <base>.rc_codebook, <base>.rc_index (and .group_params), their data pointing into
+  // this object. Names, types, shapes and sizes follow from scheme, dim, size and books and the
+  // base's shape alone, so a streaming writer can put them in its table before the data is made
+  // (the data pointers are then null). Error naming the base when a filled array does not hold
+  // the bytes its shape needs.
+  std::vector<Tensor> view(const Tensor& base) const;
+  // The same with the data copied into `owner`.
   std::vector<Tensor> tensors(const Tensor& base, TensorSet& owner) const;
   uint64_t bytes() const;  // codebook + index + params
 };

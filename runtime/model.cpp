@@ -1,9 +1,21 @@
 #include "runtime/model.h"
 
 #include "formats/error.h"
+#include "formats/hf_model.h"
 #include "formats/model_file.h"
 
 namespace bonsai {
+
+namespace {
+
+// What the architecture alone decides, as llama.cpp's loader does.
+void set_arch_traits(ModelConfig& c) {
+  c.rope_neox = c.arch != "llama";
+  c.qk_norm = c.arch == "qwen3";
+  c.qkv_bias = c.arch == "qwen2";
+}
+
+}  // namespace
 
 ModelConfig read_model_config(const TensorSet& ts) {
   ModelConfig c;
@@ -29,9 +41,7 @@ ModelConfig read_model_config(const TensorSet& ts) {
   if (!eps) fail(ts.path, "metadata key '", a, "attention.layer_norm_rms_epsilon' is missing");
   c.rms_eps = float(*eps);
   c.rope_base = float(ts.meta.get_float(a + "rope.freq_base").value_or(c.arch == "llama" ? 10000.0 : 1e6));
-  c.rope_neox = c.arch != "llama";
-  c.qk_norm = c.arch == "qwen3";
-  c.qkv_bias = c.arch == "qwen2";
+  set_arch_traits(c);
   if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv)
     fail(ts.path, "attention.head_count ", c.n_head, " is not a multiple of head_count_kv ", c.n_head_kv);
   if (c.n_rot <= 0 || c.n_rot > c.head_dim || c.n_rot % 2)
@@ -41,6 +51,24 @@ ModelConfig read_model_config(const TensorSet& ts) {
   const Tensor& emb = ts.get("token_embd.weight");
   if (emb.ne.size() != 2) fail(ts.path, "tensor 'token_embd.weight' must be 2-D, is ", emb.shape_str());
   c.n_vocab = emb.ne[1];
+  return c;
+}
+
+ModelConfig model_config(const HfConfig& hf) {
+  ModelConfig c;
+  c.arch = hf.arch;
+  c.n_vocab = hf.vocab_size;
+  c.n_embd = hf.hidden_size;
+  c.n_layer = hf.num_layers;
+  c.n_head = hf.num_heads;
+  c.n_head_kv = hf.num_kv_heads;
+  c.head_dim = hf.head_dim;
+  c.n_rot = hf.head_dim;
+  c.n_ff = hf.intermediate_size;
+  c.n_ctx_train = hf.max_position_embeddings;
+  c.rms_eps = float(hf.rms_norm_eps);
+  c.rope_base = float(hf.rope_theta);
+  set_arch_traits(c);
   return c;
 }
 

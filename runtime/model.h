@@ -15,6 +15,8 @@
 
 namespace bonsai {
 
+struct HfConfig;  // formats/hf_model.h
+
 struct ModelConfig {
   std::string arch;  // "qwen3", "qwen2", "llama"
   int64_t n_vocab = 0, n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0;
@@ -66,6 +68,9 @@ void write_model_config(const ModelConfig& c, Metadata& meta);
 // Reads the hyperparameters from `<arch>.*` keys; Error naming the file for an unknown
 // architecture or a missing key.
 ModelConfig read_model_config(const TensorSet& ts);
+// The hyperparameters a Hugging Face config.json gives (formats/hf_config.cpp reads and checks
+// it): those read_model_config finds in the keys open_hf_model writes from it.
+ModelConfig model_config(const HfConfig& hf);
 
 // Opens and validates: every tensor present with the expected shape (errors name the tensor,
 // its shape and the expected one), a type the runtime can compute with.
