@@ -13,7 +13,9 @@ namespace bonsai::cli {
 
 class Progress {
  public:
-  Progress(std::string label, int64_t total);
+  // What done and total count: steps ("3/28") or bytes ("1.23 GiB/29.50 GiB").
+  enum class Unit { steps, bytes };
+  Progress(std::string label, int64_t total, Unit unit = Unit::steps);
   // Prints "label: done/total, 12.3 s, ETA 45.6 s[, note]", timed from construction.
   void update(int64_t done, const std::string& note = "");
   // The same with the elapsed time measured by the caller (steps that began elsewhere).
@@ -22,6 +24,7 @@ class Progress {
  private:
   std::string label_;
   int64_t total_;
+  Unit unit_;
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_;  // when the last line was printed
   bool printed_ = false;

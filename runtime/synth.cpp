@@ -1,8 +1,11 @@
 #include "runtime/synth.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 
+#include "formats/atomic_file.h"
 #include "formats/error.h"
 #include "formats/hf_model.h"
 #include "formats/fp16.h"
@@ -27,7 +30,13 @@ constexpr Preset kPresets[] = {
     {"qwen3", "1.7b", 2048, 28, 16, 8, 128, 6144, 151936, true},
     {"qwen3", "4b", 2560, 36, 32, 8, 128, 9728, 151936, true},
     {"qwen3", "8b", 4096, 36, 32, 8, 128, 12288, 151936, false},
+    {"qwen3", "14b", 5120, 40, 40, 8, 128, 17408, 151936, false},
+    {"qwen3", "32b", 5120, 64, 64, 8, 128, 25600, 151936, false},
 };
+
+// Rows are generated into one buffer of at most this many bytes (at least one row) and written
+// from it: synth's memory, whatever the model's size.
+constexpr uint64_t kChunkBytes = uint64_t(16) << 20;
 
 // A small counter-based generator: each row's values depend only on (seed, tensor, row), so the
 // output is the same for any thread count.
@@ -61,14 +70,10 @@ void check_residual_options(const SynthOptions& o) {
     throw Error(cat("synth: ", p));
 }
 
-// A random kmeans residual of `base`: centroids uniform in ±kResidualAmp (the size of the
-// residual a ternary base leaves of std-0.02 weights), indices uniform over the codebook. The
-// streams are tensor ids past the model's own (1 << 20 + base id) so the base weights stay those
-// of the same model without a residual.
-constexpr float kResidualAmp = 0.005f;
-
-ResidualData random_residual(const SynthOptions& o, const Tensor& base, uint64_t base_id) {
-  const int64_t rows = base.ne[1], per_row = base.ne[0] / o.rc_dim;
+// The shape of the kmeans residual of `base`, its arrays empty: what the file's table holds
+// before the residual is drawn. Error when --rc-rows does not divide the base's rows.
+ResidualData residual_shape(const SynthOptions& o, const Tensor& base) {
+  const int64_t rows = base.ne[1];
   const int64_t g = o.rc_rows == 0 ? rows : o.rc_rows;
   if (rows % g != 0)
     throw Error(cat("synth: --rc-rows ", o.rc_rows, " does not divide the ", rows, " rows of '", base.name, "'"));
@@ -77,6 +82,18 @@ ResidualData random_residual(const SynthOptions& o, const Tensor& base, uint64_t
   d.dim = o.rc_dim;
   d.size = o.rc_size;
   d.books = rows / g;
+  return d;
+}
+
+// A random kmeans residual of `base`: centroids uniform in ±kResidualAmp (the size of the
+// residual a ternary base leaves of std-0.02 weights), indices uniform over the codebook. The
+// streams are tensor ids past the model's own (1 << 20 + base id) so the base weights stay those
+// of the same model without a residual.
+constexpr float kResidualAmp = 0.005f;
+
+ResidualData random_residual(const SynthOptions& o, const Tensor& base, uint64_t base_id) {
+  const int64_t rows = base.ne[1], per_row = base.ne[0] / o.rc_dim;
+  ResidualData d = residual_shape(o, base);
   const uint64_t id = (uint64_t{1} << 20) + base_id;
   d.codebook.resize(size_t(d.books * d.size * d.dim));
   RowStream cs(o.seed, id, uint64_t(1) << 39);
@@ -97,6 +114,85 @@ ResidualData random_residual(const SynthOptions& o, const Tensor& base, uint64_t
   return d;
 }
 
+// One weight of the model (architecture_tensors' order) and where its bytes go.
+struct Weight {
+  Tensor t;            // its table entry: name, type, shape, nbytes (no data)
+  uint64_t id = 0;     // its random stream: the index in architecture_tensors
+  bool matrix = false; // uniform values; else (norms) ones
+  size_t at = 0;       // its index in the file's table
+  bool residual = false;  // a residual follows it in the table
+};
+
+TypeId type_of(const SynthOptions& o, const TensorSpec& s) {
+  return !s.matrix ? TypeId::F32
+         : s.name == "token_embd.weight" ? o.embd_type
+         : s.name == "output.weight"     ? o.output_type
+                                         : o.type;
+}
+
+// The weights and the file's table (each weight, then its residual when it has one), every size
+// checked: Error naming the output for a tensor its type cannot hold.
+std::vector<Weight> plan_weights(const SynthOptions& o, const ModelConfig& c, bool tied, const std::string& out,
+                                 std::vector<Tensor>& table) {
+  const auto specs = architecture_tensors(c, tied);
+  std::vector<Weight> ws;
+  for (size_t ti = 0; ti < specs.size(); ++ti) {
+    const TensorSpec& s = specs[ti];
+    Weight w;
+    w.t.name = s.name;
+    w.t.ne = s.ne;
+    w.t.type = type_of(o, s);
+    const auto bytes = tensor_bytes(w.t.type, w.t.ne);
+    if (!bytes) fail(out, "tensor '", w.t.name, "' ", w.t.shape_str(), " cannot be stored as ", traits(w.t.type).name);
+    w.t.nbytes = *bytes;
+    w.id = ti;
+    w.matrix = s.matrix;
+    w.at = table.size();
+    // The block weights (the matrices in o.type) get their residual right after them, as the
+    // quantizer writes it.
+    w.residual = o.residual && s.matrix && s.name != "token_embd.weight" && s.name != "output.weight";
+    table.push_back(w.t);
+    if (w.residual)
+      for (const Tensor& e : residual_shape(o, w.t).view(w.t)) table.push_back(e);
+    ws.push_back(std::move(w));
+  }
+  return ws;
+}
+
+// Rows [first, first + n) of weight w into `out`: each row from its own stream.
+void fill_rows(const SynthOptions& o, const Weight& w, int64_t first, int64_t n, uint8_t* out) {
+  const int64_t cols = w.t.ne[0];
+  const uint64_t rb = *row_bytes(w.t.type, uint64_t(cols));
+  const TypeTraits& tt = traits(w.t.type);
+  // Norms are 1 (as initialised models have); matrices uniform with std 0.02.
+  const float amp = 0.02f * std::sqrt(3.0f);
+#pragma omp parallel
+  {
+    std::vector<float> row(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+    for (int64_t r = first; r < first + n; ++r) {
+      RowStream rs(o.seed, w.id, uint64_t(r));
+      for (int64_t i = 0; i < cols; ++i) {
+        const float u = rs.next();
+        row[size_t(i)] = w.matrix ? amp * (2.0f * u - 1.0f) : 1.0f;
+      }
+      tt.from_float(row.data(), out + uint64_t(r - first) * rb, cols);
+    }
+  }
+}
+
+// Synth's own buffers at most (SynthPlan::memory_bytes).
+uint64_t memory_bound(const std::vector<Weight>& ws, const std::vector<Tensor>& table, uint64_t head_bytes) {
+  uint64_t chunk = 0, residual = 0, rows = 0;
+  for (const Weight& w : ws) {
+    const uint64_t rb = w.t.nbytes / uint64_t(std::max<int64_t>(w.t.rows(), 1));
+    chunk = std::max(chunk, std::min(w.t.nbytes, std::max(rb, kChunkBytes / std::max<uint64_t>(rb, 1) * rb)));
+    rows = std::max(rows, uint64_t(w.t.ne[0]) * sizeof(float) * uint64_t(omp_get_max_threads()));
+    if (w.residual) residual = std::max(residual, table[w.at + 1].nbytes + table[w.at + 2].nbytes);
+  }
+  return chunk + rows + residual + 2 * head_bytes;
+}
+
 }  // namespace
 
 std::vector<std::string> synth_sizes(const std::string& arch) {
@@ -109,23 +205,22 @@ std::vector<std::string> synth_sizes(const std::string& arch) {
 ModelConfig synth_config(const std::string& arch, const std::string& size, bool* tied) {
   for (const auto& p : kPresets) {
     if (arch != p.arch || size != p.size) continue;
-    ModelConfig c;
-    c.arch = arch;
-    c.n_embd = p.n_embd;
-    c.n_layer = p.n_layer;
-    c.n_head = p.n_head;
-    c.n_head_kv = p.n_head_kv;
-    c.head_dim = p.head_dim;
-    c.n_rot = p.head_dim;
-    c.n_ff = p.n_ff;
-    c.n_vocab = p.n_vocab;
-    c.n_ctx_train = 40960;
-    c.rms_eps = 1e-6f;
-    c.rope_base = 1e6f;
-    c.rope_neox = true;
-    c.qk_norm = true;
+    // Written as the config.json it comes from, read as --config reads one: one mapping.
+    HfConfig hf;
+    hf.arch = arch;
+    hf.hidden_size = p.n_embd;
+    hf.intermediate_size = p.n_ff;
+    hf.num_layers = p.n_layer;
+    hf.num_heads = p.n_head;
+    hf.num_kv_heads = p.n_head_kv;
+    hf.head_dim = p.head_dim;
+    hf.vocab_size = p.n_vocab;
+    hf.max_position_embeddings = 40960;
+    hf.rms_norm_eps = 1e-6;
+    hf.rope_theta = 1e6;
+    hf.tie_word_embeddings = p.tied;
     *tied = p.tied;
-    return c;
+    return model_config(hf);
   }
   std::string known;
   for (const auto& s : synth_sizes(arch)) known += (known.empty() ? "" : ", ") + s;
@@ -133,64 +228,66 @@ ModelConfig synth_config(const std::string& arch, const std::string& size, bool*
                   known.empty() ? std::string(" (known architectures: qwen3)") : " (known: " + known + ")"));
 }
 
-void synth_model(const SynthOptions& o, const std::string& out, const std::function<void(size_t, size_t)>& progress) {
+ModelConfig synth_config(const SynthOptions& o, bool* tied) {
+  if (o.config.empty()) return synth_config(o.arch, o.size, tied);
+  const HfConfig hf = read_hf_config(o.config);
+  *tied = hf.tie_word_embeddings;
+  return model_config(hf);
+}
+
+void synth_model(const SynthOptions& o, const std::string& out, const SynthHooks& hooks) {
   check_residual_options(o);
   bool tied = false;
-  const ModelConfig c = synth_config(o.arch, o.size, &tied);
-  TensorSet ts;
-  ts.path = out;
-  write_model_config(c, ts.meta);
-  ts.meta.set_str("general.name", "synthetic " + o.arch + "-" + o.size +
-                                       (o.residual ? " (random weights and residual codebooks)" : " (random weights)"));
-  ts.meta.set_bool("bonsai.synthetic", true);
-  ts.meta.set_u32("general.quantization_version", 2);
-  ts.meta.set_u32("general.file_type", llama_file_type(o.type));
-  if (!o.tokenizer.empty()) add_hf_tokenizer(o.tokenizer, c.n_vocab, ts.meta);
-  if (o.residual) write_residual_keys(ResidualScheme::kmeans, o.rc_dim, o.rc_size, o.rc_rows, ts.meta);
+  const ModelConfig c = synth_config(o, &tied);
+  SynthPlan plan;
+  plan.model = o.config.empty() ? o.arch + "-" + o.size : c.arch + " from " + o.config;
+  Metadata meta;
+  write_model_config(c, meta);
+  meta.set_str("general.name", "synthetic " + plan.model +
+                                   (o.residual ? " (random weights and residual codebooks)" : " (random weights)"));
+  meta.set_bool("bonsai.synthetic", true);
+  meta.set_u32("general.quantization_version", 2);
+  meta.set_u32("general.file_type", llama_file_type(o.type));
+  if (!o.tokenizer.empty()) add_hf_tokenizer(o.tokenizer, c.n_vocab, meta);
+  if (o.residual) write_residual_keys(ResidualScheme::kmeans, o.rc_dim, o.rc_size, o.rc_rows, meta);
 
-  const auto specs = architecture_tensors(c, tied);
-  for (size_t ti = 0; ti < specs.size(); ++ti) {
-    const TensorSpec& s = specs[ti];
-    Tensor t;
-    t.name = s.name;
-    t.ne = s.ne;
-    t.type = !s.matrix ? TypeId::F32
-             : s.name == "token_embd.weight" ? o.embd_type
-             : s.name == "output.weight"     ? o.output_type
-                                             : o.type;
-    const auto bytes = tensor_bytes(t.type, t.ne);
-    if (!bytes) fail(out, "tensor '", t.name, "' ", t.shape_str(), " cannot be stored as ", traits(t.type).name);
-    t.nbytes = *bytes;
-    uint8_t* data = ts.alloc(t.nbytes);
-    t.data = data;
-    const int64_t cols = t.ne[0], rows = t.rows();
-    const uint64_t rb = *row_bytes(t.type, uint64_t(cols));
-    const TypeTraits& tt = traits(t.type);
-    // Norms are 1 (as initialised models have); matrices uniform with std 0.02.
-    const float amp = 0.02f * std::sqrt(3.0f);
-#pragma omp parallel
-    {
-      std::vector<float> row(static_cast<size_t>(cols));
-#pragma omp for schedule(static)
-      for (int64_t r = 0; r < rows; ++r) {
-        RowStream rs(o.seed, uint64_t(ti), uint64_t(r));
-        for (int64_t i = 0; i < cols; ++i) {
-          const float u = rs.next();
-          row[size_t(i)] = s.matrix ? amp * (2.0f * u - 1.0f) : 1.0f;
-        }
-        tt.from_float(row.data(), data + uint64_t(r) * rb, cols);
+  // Everything is planned and checked before the output is created: the writer lays the file out
+  // from the table, so its size is known, and a file that cannot fit is refused with nothing made.
+  std::vector<Tensor> table;
+  const std::vector<Weight> weights = plan_weights(o, c, tied, out, table);
+  const auto writer = open_model_writer(out, meta, table);
+  plan.tensors = table.size();
+  plan.file_bytes = writer->file_bytes();
+  for (const Tensor& t : table) plan.data_bytes += t.nbytes;
+  plan.memory_bytes = memory_bound(weights, table, writer->head_bytes());
+  plan.available_bytes = hooks.available ? hooks.available(out) : available_bytes(out);
+  if (hooks.plan) hooks.plan(plan);
+  require_space(out, plan.file_bytes, plan.available_bytes);
+
+  uint64_t done = 0;
+  auto report = [&](uint64_t at) {
+    if (hooks.progress) hooks.progress(at, plan.data_bytes);
+  };
+  for (const Weight& w : weights) {
+    const uint64_t rb = w.t.nbytes / uint64_t(std::max<int64_t>(w.t.rows(), 1));
+    writer->write_rows(
+        w.at,
+        [&](int64_t first, int64_t n, uint8_t* buf) {
+          report(done + uint64_t(first) * rb);
+          fill_rows(o, w, first, n, buf);
+        },
+        kChunkBytes);
+    done += w.t.nbytes;
+    if (w.residual) {
+      const ResidualData d = random_residual(o, w.t, w.id);
+      for (const Tensor& e : d.view(w.t)) {
+        writer->write(e.data, e.nbytes);
+        done += e.nbytes;
       }
     }
-    // The block weights (the matrices in o.type) get their residual right after them, as the
-    // quantizer writes it.
-    const bool block_weight = s.matrix && s.name != "token_embd.weight" && s.name != "output.weight";
-    std::vector<Tensor> extra;
-    if (o.residual && block_weight) extra = random_residual(o, t, uint64_t(ti)).tensors(t, ts);
-    ts.add(std::move(t));
-    for (Tensor& e : extra) ts.add(std::move(e));
-    if (progress) progress(ti + 1, specs.size());
+    report(done);
   }
-  write_model(out, ts.meta, ts.tensors);
+  writer->commit();
 }
 
 }  // namespace bonsai
