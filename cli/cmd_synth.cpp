@@ -25,7 +25,7 @@ int run(const std::vector<std::string>& args) {
   opts.add_options()("arch", po::value<std::string>(&so.arch)->default_value(so.arch), "architecture (qwen3)")(
       "size", po::value<std::string>(&so.size)->default_value(so.size), "tiny, 0.6b, 1.7b, 4b, 8b, 14b or 32b")(
       "config", po::value<std::string>(&so.config),
-      "a Hugging Face config.json: its architecture and shapes instead of --arch and --size")(
+      "a Hugging Face config.json (or its model folder): its architecture and shapes instead of --arch and --size")(
       "type", po::value<std::string>()->default_value("ptq1_0"), "type of the blocks' linear weights")(
       "embd-type", po::value<std::string>()->default_value("q8_0"), "type of token_embd.weight")(
       "output-type", po::value<std::string>()->default_value("q8_0"), "type of output.weight (untied sizes)")(

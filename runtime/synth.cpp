@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "formats/atomic_file.h"
 #include "formats/error.h"
@@ -230,7 +231,10 @@ ModelConfig synth_config(const std::string& arch, const std::string& size, bool*
 
 ModelConfig synth_config(const SynthOptions& o, bool* tied) {
   if (o.config.empty()) return synth_config(o.arch, o.size, tied);
-  const HfConfig hf = read_hf_config(o.config);
+  // A model folder stands for the config.json in it, as the Hugging Face reader takes folders.
+  std::error_code ec;
+  const bool folder = std::filesystem::is_directory(o.config, ec);
+  const HfConfig hf = read_hf_config(folder ? (std::filesystem::path(o.config) / "config.json").string() : o.config);
   *tied = hf.tie_word_embeddings;
   return model_config(hf);
 }

@@ -23,7 +23,8 @@ namespace bonsai {
 struct SynthOptions {
   std::string arch = "qwen3";
   std::string size = "0.6b";
-  // A Hugging Face config.json: its architecture and shapes instead of arch and size.
+  // A Hugging Face config.json (or the model folder holding it): its architecture and shapes
+  // instead of arch and size.
   std::string config;
   TypeId type = TypeId::PTQ1_0;         // the blocks' linear weights
   TypeId embd_type = TypeId::Q8_0;      // token_embd.weight

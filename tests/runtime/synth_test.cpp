@@ -212,6 +212,15 @@ TEST(SynthConfig, PublishedConfigJsonEqualsThePreset) {
     const ModelConfig preset = synth_config("qwen3", size, &tied_preset);
     EXPECT_EQ(describe(from_cfg, tied_cfg), describe(preset, tied_preset)) << size;
   }
+  // A model folder stands for its config.json.
+  fs::create_directories(dir / "Qwen3-14B");
+  SynthOptions o;
+  o.config = write_text(dir / "Qwen3-14B" / "config.json", qwen3_config(40, 40, 17408));
+  bool tied_file = true, tied_folder = true;
+  const ModelConfig by_file = synth_config(o, &tied_file);
+  o.config = (dir / "Qwen3-14B").string();
+  const ModelConfig by_folder = synth_config(o, &tied_folder);
+  EXPECT_EQ(describe(by_folder, tied_folder), describe(by_file, tied_file));
 }
 
 // The same shapes by --size or --config give the same file but for general.name.
