@@ -77,9 +77,10 @@ int run(const std::vector<std::string>& args) {
   SynthHooks hooks;
   hooks.plan = [&](const SynthPlan& p) {
     plan = p;
-    std::fprintf(stderr, "synth: %s, %zu tensors: %s (%s free there), needs about %s of memory\n", p.model.c_str(),
-                 p.tensors, human_bytes(double(p.file_bytes)).c_str(), human_bytes(double(p.available_bytes)).c_str(),
-                 human_bytes(double(p.memory_bytes)).c_str());
+    std::fprintf(stderr, "synth: %s, %zu tensors: %s (%s free there), needs about %s of memory for its buffers"
+                 " beyond the program's own (peak RSS %s so far)\n", p.model.c_str(), p.tensors,
+                 human_bytes(double(p.file_bytes)).c_str(), human_bytes(double(p.available_bytes)).c_str(),
+                 human_bytes(double(p.memory_bytes)).c_str(), human_bytes(double(peak_rss_bytes())).c_str());
   };
   hooks.progress = [&](uint64_t done, uint64_t total) {
     if (!bar) bar = std::make_unique<Progress>("synth", int64_t(total), Progress::Unit::bytes);
