@@ -31,26 +31,39 @@ ResolvedPlan default_plan(const ModelConfig& c, bool tied) {
   return resolve_plan(load_plan(kDefaultPlan), ts, c.n_layer, std::nullopt, kDefaultMethod);
 }
 
-MemoryNeed need_of(const std::string& size, int64_t windows, int64_t layers = 0) {
-  bool tied = false;
-  ModelConfig c = synth_config("qwen3", size, &tied);
-  if (layers > 0) c.n_layer = layers;
+MemoryJob calibrated(int64_t windows) {
   MemoryJob job;
   job.calibrate = job.gram = true;
   job.windows = windows;
   job.len = 512;
-  return predict_memory(c, default_plan(c, tied), job);
+  return job;
+}
+
+MemoryNeed need_of(const std::string& size, int64_t windows, int64_t layers = 0) {
+  bool tied = false;
+  ModelConfig c = synth_config("qwen3", size, &tied);
+  if (layers > 0) c.n_layer = layers;
+  return predict_memory(c, default_plan(c, tied), calibrated(windows));
+}
+
+// The GPU's need (--device cuda) of one block; 0 in a build without CUDA.
+double device_gib(const std::string& size, int64_t windows) {
+  bool tied = false;
+  const ModelConfig c = synth_config("qwen3", size, &tied);
+  uint64_t total = 0;
+  for (const MemoryItem& i : predict_device_memory(c, default_plan(c, tied), calibrated(windows))) total += i.bytes;
+  return double(total) / kGiB;
 }
 
 }  // namespace
 
 TEST(MemoryPlan, PredictsTheQwen3Shapes) {
-  std::printf("%-6s %8s %22s %22s\n", "size", "windows", "fixed (GiB)", "window buffers (GiB)");
+  std::printf("%-6s %8s %12s %22s %16s\n", "size", "windows", "fixed (GiB)", "window buffers (GiB)", "GPU (GiB)");
   for (const std::string& size : synth_sizes("qwen3")) {
-    for (int64_t w : {8, 128}) {
+    for (int64_t w : {8, 32, 128}) {
       const MemoryNeed n = need_of(size, w);
-      std::printf("%-6s %8lld %22.2f %22.2f  (%s)\n", size.c_str(), (long long)w, double(n.fixed_bytes()) / kGiB,
-                  double(n.buffer_bytes()) / kGiB, n.peak_matrix.c_str());
+      std::printf("%-6s %8lld %12.2f %22.2f %16.2f  (%s)\n", size.c_str(), (long long)w, double(n.fixed_bytes()) / kGiB,
+                  double(n.buffer_bytes()) / kGiB, device_gib(size, w), n.peak_matrix.c_str());
     }
   }
   // The must-show job: Qwen3-8B, gptq, 8 windows, within 6 GB on a 24 GB machine.
@@ -70,6 +83,7 @@ TEST(MemoryPlan, DoesNotGrowWithTheNumberOfBlocks) {
 
 TEST(MemoryPlan, SpillsTheLargestBuffersFirstAndRefusesBelowTheFixedPart) {
   const MemoryNeed n = need_of("4b", 128);
+  ASSERT_FALSE(n.buffers.empty());
   ASSERT_EQ(n.buffers.size(), 3u);
   const uint64_t fixed = n.fixed_bytes(), all = fixed + n.buffer_bytes();
   const MemoryPlacement none = place_memory(n, all, "test");
@@ -97,11 +111,7 @@ TEST(MemoryPlan, SpillsTheLargestBuffersFirstAndRefusesBelowTheFixedPart) {
 TEST(MemoryPlan, ABlockThatDoesNotFitTheGpuIsRefused) {
   bool tied = false;
   const ModelConfig c = synth_config("qwen3", "8b", &tied);
-  MemoryJob job;
-  job.calibrate = job.gram = true;
-  job.windows = 128;
-  job.len = 512;
-  const std::vector<MemoryItem> need = predict_device_memory(c, default_plan(c, tied), job);
+  const std::vector<MemoryItem> need = predict_device_memory(c, default_plan(c, tied), calibrated(128));
 #ifndef BONSAI_HAVE_QUANT_CUDA
   EXPECT_TRUE(need.empty());
   GTEST_SKIP() << "a build without CUDA predicts no GPU memory";
