@@ -96,7 +96,8 @@ void QuantizeJob::finish_block(int64_t l, std::span<const float> hidden, calib::
   checkpoint_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
 }
 
-// Statistics from a file: each block's four inputs read in turn, quantized, freed.
+// The blocks in order. Without a calibration, each block's statistics come from the file (its
+// four inputs read in turn, each freed once its weights are quantized) or are not needed.
 void QuantizeJob::blocks() {
   if (stats_mode_ == StatsMode::calibrate) return calibrate();
   if (stats_mode_ == StatsMode::reuse) {
