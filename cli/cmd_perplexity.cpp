@@ -5,6 +5,7 @@
 
 #include "cli/command.h"
 #include "cli/json_out.h"
+#include "formats/atomic_file.h"
 #include "formats/error.h"
 #include "runtime/kld.h"
 #include "runtime/load.h"
@@ -21,6 +22,10 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+std::string kl_layout(const KldBase& b) {
+  return b.header().k == 0 ? "every token, 16 bits" : cat("top ", b.header().k);
+}
+
 int run(const std::vector<std::string>& args) {
   po::options_description opts("options");
   add_model(opts);
@@ -29,8 +34,11 @@ int run(const std::vector<std::string>& args) {
       "chunks", po::value<int64_t>()->default_value(-1), "measure only the first N chunks (-1: all)")(
       "save-logits", po::value<std::string>(), "save this model's next-token distributions to FILE (the base for --kl-base)")(
       "kl-base", po::value<std::string>(), "KL divergence against the distributions saved in FILE by --save-logits")(
-      "kl-top-k", po::value<int64_t>()->default_value(128),
-      "tokens kept per position by --save-logits (the rest is one merged class: see docs/results.md)");
+      "kl-top-k", po::value<int64_t>()->default_value(0),
+      "--save-logits layout: 0 keeps every token's log-probability in 16 bits (exact KLD, 2 bytes x vocabulary a "
+      "position); K > 0 keeps the top K and merges the rest (a lower bound, for huge vocabularies)")(
+      "kl-chunks", po::value<int64_t>()->default_value(-1),
+      "--save-logits stores the positions of the first N chunks only (-1: every chunk measured)");
   add_threads(opts);
   add_device(opts);
   add_json(opts);
@@ -41,13 +49,18 @@ int run(const std::vector<std::string>& args) {
              "independently, and the second half of each chunk is scored. Prints the running\n"
              "estimate per chunk and a final line 'PPL = x +/- err'. The text needs two contexts.\n\n"
              "KL divergence (as llama-perplexity --kl-divergence-base): run the reference model with\n"
-             "--save-logits BASE.kld, then the quantized one with --kl-base BASE.kld on the same text,\n"
-             "--ctx and --chunks: prints mean/median/p99 KLD, top-1 agreement and the change in the\n"
-             "probability of the right token. The base keeps its top --kl-top-k tokens per position\n"
-             "and merges the rest into one class, so the KLD is a lower bound of the full one (equal\n"
-             "when k covers the vocabulary); the mean merged mass is printed with it.\n\n"
+             "--save-logits BASE.kld, then the quantized one with --kl-base BASE.kld on the same text\n"
+             "and --ctx (it measures the base's chunks). Prints the two perplexities over the same tokens\n"
+             "and their paired difference, mean ln(PPL(Q)/PPL(base)) and PPL(Q) - PPL(base), each with\n"
+             "the standard error of a difference on the same tokens (far smaller than either run's own\n"
+             "+/-, which is printed beside it); then mean/median/p90/p99/p99.9/max KLD, top-1 agreement\n"
+             "and the change in the right token's probability (mean, RMS).\n"
+             "The base stores every token's log-probability in 16 bits (--kl-top-k 0, the default:\n"
+             "~300 KB a position for a 152k vocabulary, so --kl-chunks N keeps the first N chunks); the\n"
+             "rounding's largest possible effect on the mean KLD is computed and printed. --kl-top-k K\n"
+             "keeps the top K and merges the rest, a lower bound printed with the merged mass.\n\n"
              "examples:\n  bonsai perplexity -m zh-tiny-qwen3/ -f eval-debian-handbook-zh-CN.txt --ctx 512\n"
-             "  bonsai perplexity -m zh-tiny-qwen3/ -f eval.txt --save-logits bf16.kld\n"
+             "  bonsai perplexity -m zh-tiny-qwen3/ -f eval.txt --save-logits bf16.kld --kl-chunks 20\n"
              "  bonsai perplexity -m zh-ptq1_0.gguf -f eval.txt --kl-base bf16.kld --json",
              opts, {}, vm))
     return 0;
@@ -65,46 +78,64 @@ int run(const std::vector<std::string>& args) {
   po.bos = tok->bos();
   const std::vector<int32_t> tokens = tok->encode(text, po.add_bos, false);
 
-  // KL divergence: the base's side saves, the other side compares position by position.
+  // KL divergence: the base's side records, the other side compares position by position.
   const int64_t n_vocab = model->cfg.n_vocab;
   KldHeader kh;
   kh.n_vocab = n_vocab;
   kh.n_ctx = po.n_ctx;
   kh.k = vm["kl-top-k"].as<int64_t>();
   kh.tokens_hash = hash_tokens(tokens);
-  if (kh.k < 1) throw Error("--kl-top-k must be at least 1");
-  std::vector<BaseDist> base;
+  const int64_t kl_chunks = vm["kl-chunks"].as<int64_t>();
+  if (kh.k < 0 || kh.k > n_vocab) throw Error(cat("--kl-top-k must be 0 (every token) or 1..", n_vocab));
+  if (kl_chunks < -1 || kl_chunks == 0) throw Error("--kl-chunks must be -1 (all) or at least 1");
   const bool save = vm.count("save-logits"), compare = vm.count("kl-base");
+  KldBase base;
   if (compare) {
-    const std::string bp = vm["kl-base"].as<std::string>();
-    KldHeader bh;
-    base = read_kld(bp, &bh);
-    check_kld_base(bp, bh, kh);
-    const int64_t avail = bh.chunks;
-    if (po.max_chunks < 0 || po.max_chunks > avail) po.max_chunks = avail;
+    base = KldBase::open(vm["kl-base"].as<std::string>());
+    base.check_fits(kh);
+    po.max_chunks = base.header().chunks;
+  }
+  const int64_t chunks = po.max_chunks < 0 ? int64_t(tokens.size()) / po.n_ctx
+                                           : std::min(po.max_chunks, int64_t(tokens.size()) / po.n_ctx);
+  const int64_t saved_chunks = kl_chunks < 0 ? chunks : std::min(kl_chunks, chunks);
+  std::unique_ptr<KldRecorder> rec;
+  if (save) {
+    const std::string sp = vm["save-logits"].as<std::string>();
+    const int64_t per = po.n_ctx - po.n_ctx / 2 - 1;
+    const uint64_t need = kld_file_bytes(n_vocab, kh.k, saved_chunks * per, chunks * per);
+    require_space(sp, need, available_bytes(sp));
+    if (!json)
+      std::fprintf(stderr, "saving %s: %lld chunks' distributions, %.1f MiB (%s)\n", sp.c_str(),
+                   static_cast<long long>(saved_chunks), double(need) / 1048576.0,
+                   kh.k ? cat("top ", kh.k, " tokens").c_str() : "every token, 16 bits");
+    rec = std::make_unique<KldRecorder>(kh, sp);
   }
   if (!json)
     std::fprintf(stderr, "perplexity: %zu tokens, ctx %lld, scoring %lld tokens per chunk\n", tokens.size(),
                  static_cast<long long>(po.n_ctx), static_cast<long long>(po.n_ctx - po.n_ctx / 2 - 1));
-  const KldRun run = perplexity_kld(*model, *backend, tokens, po, text_path, save ? kh.k : 0, compare ? &base : nullptr,
-                                    compare ? vm["kl-base"].as<std::string>() : "", [&](int64_t i, double ppl) {
+  const KldRun run = perplexity_kld(*model, *backend, tokens, po, text_path, rec.get(), saved_chunks,
+                                    compare ? &base : nullptr, [&](int64_t i, double ppl) {
                                       if (!json) std::fprintf(stderr, "[%lld]%.4f,", static_cast<long long>(i + 1), ppl);
                                     });
+  if (rec) rec->finish(run.ppl.chunks, saved_chunks);
   const PerplexityResult& r = run.ppl;
   const double tps = double(r.chunks * po.n_ctx) / r.seconds;
-  if (save) {
-    kh.chunks = r.chunks;
-    write_kld(vm["save-logits"].as<std::string>(), kh, run.saved);
-  }
   const KldResult& k = run.kld;
   if (json) {
     nlohmann::json j = {{"model", vm["model"].as<std::string>()}, {"text", text_path}, {"ppl", r.ppl}, {"ppl_err", r.ppl_err},
                         {"mean_nll", r.mean_nll}, {"tokens", r.tokens}, {"tokens_scored", r.tokens_scored}, {"ctx", r.n_ctx},
                         {"chunks", r.chunks}, {"seconds", r.seconds}, {"tokens_per_second", tps}};
-    if (compare)
-      j["kld"] = {{"positions", k.n}, {"mean", k.mean}, {"mean_err", k.mean_err}, {"median", k.median}, {"p99", k.p99},
-                  {"max", k.max}, {"top1_agreement", k.top1_agree}, {"delta_p_mean", k.dp_mean},
-                  {"delta_p_rms", k.dp_rms}, {"base_rest_mass_mean", k.mean_rest}};
+    if (compare) {
+      j["kld"] = {{"positions", k.n}, {"layout", kl_layout(base)}, {"mean", k.mean}, {"mean_err", k.mean_err},
+                  {"median", k.median}, {"p90", k.p90}, {"p99", k.p99}, {"p99_9", k.p999}, {"max", k.max},
+                  {"top1_agreement", k.top1_agree}, {"delta_p_mean", k.dp_mean}, {"delta_p_rms", k.dp_rms},
+                  {"base_rest_mass_mean", k.mean_rest}, {"rounding_bound", k.rounding_bound}};
+      j["paired"] = {{"positions", k.paired_n},           {"ppl_base", k.ppl_base},
+                     {"ppl", k.ppl},               {"delta_ln_ppl", k.dlnppl},
+                     {"delta_ln_ppl_err", k.dlnppl_err}, {"delta_ppl", k.dppl},
+                     {"delta_ppl_err", k.dppl_err}, {"delta_ppl_err_unpaired", k.dppl_err_unpaired},
+                     {"nll_correlation", k.nll_correlation}};
+    }
     print_json(j);
     return 0;
   }
@@ -113,11 +144,20 @@ int run(const std::vector<std::string>& args) {
               static_cast<long long>(r.tokens_scored), r.seconds, tps);
   std::printf("PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_err);
   if (compare) {
-    std::printf("KLD: mean %.6f +/- %.6f, median %.6f, p99 %.6f, max %.6f over %lld positions\n", k.mean, k.mean_err,
-                k.median, k.p99, k.max, static_cast<long long>(k.n));
+    std::printf("vs base, over its %lld positions: PPL(base) %.4f, PPL(Q) %.4f, Cor(nll) %.4f\n",
+                static_cast<long long>(k.paired_n), k.ppl_base, k.ppl, k.nll_correlation);
+    std::printf("  mean ln(PPL(Q)/PPL(base)) %+.6f +/- %.6f (paired); PPL(Q) - PPL(base) %+.4f +/- %.4f (paired;"
+                " %.4f were the runs independent)\n",
+                k.dlnppl, k.dlnppl_err, k.dppl, k.dppl_err, k.dppl_err_unpaired);
+    std::printf("KLD over %lld positions: mean %.6f +/- %.6f, median %.6f, p90 %.6f, p99 %.6f, p99.9 %.6f, max %.6f\n",
+                static_cast<long long>(k.n), k.mean, k.mean_err, k.median, k.p90, k.p99, k.p999, k.max);
     std::printf("top-1 agreement: %.2f%%; delta p (right token): mean %+.5f, rms %.5f\n", 100.0 * k.top1_agree,
                 k.dp_mean, k.dp_rms);
-    std::printf("base mass outside its top-%lld (merged): mean %.4f\n", static_cast<long long>(kh.k), k.mean_rest);
+    if (base.header().k == 0)
+      std::printf("base: every token in 16 bits; the rounding moves the mean KLD by at most %.2g\n", k.rounding_bound);
+    else
+      std::printf("base: top %lld tokens, the rest merged (a lower bound); merged mass: mean %.4f\n",
+                  static_cast<long long>(base.header().k), k.mean_rest);
   }
   return 0;
 }

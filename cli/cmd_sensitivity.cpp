@@ -28,7 +28,7 @@ int run(const std::vector<std::string>& args) {
       "ctx,c", po::value<int64_t>(&so.ctx)->default_value(so.ctx), "tokens per chunk (the second half is scored)")(
       "seed", po::value<uint64_t>(&so.seed)->default_value(so.seed), "seed of the chunk sampler")(
       "kl-top-k", po::value<int64_t>(&so.top_k)->default_value(so.top_k),
-      "base tokens kept per position (the rest is one merged class: the KLD is a lower bound)")(
+      "base layout: 0 keeps every token in 16 bits (exact KLD); K > 0 the top K, the rest merged (a lower bound)")(
       "output,o", po::value<std::string>(&so.cache)->default_value("sensitivity.json"),
       "the cache/result JSON (reused when its key matches)")(
       "svg", po::value<std::string>(), "heatmap SVG (default: the output with .svg)");
@@ -73,8 +73,9 @@ int run(const std::vector<std::string>& args) {
     return 0;
   }
   std::printf("mean KLD against the unquantized model, one tensor quantized at a time (%lld positions of calibration "
-              "text; method %s; base mass outside its top-%lld: %.3f)\n",
-              static_cast<long long>(t.positions), t.method.c_str(), static_cast<long long>(so.top_k), t.base_rest_mass);
+              "text; method %s; %s)\n",
+              static_cast<long long>(t.positions), t.method.c_str(),
+              so.top_k ? cat("base mass outside its top-", so.top_k, ": ", t.base_rest_mass).c_str() : "every token");
   std::printf("%-28s", "tensor");
   for (TypeId ty : so.types) std::printf(" %12s", traits(ty).name);
   std::printf("\n");

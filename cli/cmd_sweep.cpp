@@ -23,7 +23,10 @@ int run(const std::vector<std::string>& args) {
       "method", po::value<std::string>(), "method for ternary tensors (default: the plans', else quantize's)")(
       "ctx,c", po::value<int64_t>(&so.ctx)->default_value(so.ctx), "perplexity context")(
       "chunks", po::value<int64_t>(&so.chunks)->default_value(so.chunks), "perplexity chunks (-1: the whole text)")(
-      "kl-top-k", po::value<int64_t>(&so.kl_top_k)->default_value(so.kl_top_k), "base tokens kept per position")(
+      "kl-top-k", po::value<int64_t>(&so.kl_top_k)->default_value(so.kl_top_k),
+      "KLD base layout: 0 keeps every token in 16 bits (exact), K > 0 the top K (a lower bound)")(
+      "kl-chunks", po::value<int64_t>(&so.kl_chunks)->default_value(so.kl_chunks),
+      "chunks whose distributions the KLD base keeps (-1: all; perplexity covers every chunk)")(
       "no-q8-reference", po::bool_switch(), "skip the Q8_0 reference row")(
       "calib", po::value<std::vector<std::string>>(&so.calib_files)->multitoken(), "calibration text (when measuring)")(
       "calib-windows", po::value<int64_t>(&so.calib_windows)->default_value(so.calib_windows), "calibration windows")(

@@ -264,13 +264,15 @@ SensitivityTable measure_sensitivity(const SensitivityOptions& o, const Sensitiv
   po.add_bos = tok->add_bos_default();
   po.bos = tok->bos();
   const std::string chunk_name = cat("calibration chunks (", o.chunks, " x ", o.ctx, " tokens, seed ", o.seed, ")");
-  const KldRun base = perplexity_kld(*model, *backend, chunks.ids, po, chunk_name, o.top_k, nullptr, "");
-  t.positions = base.ppl.tokens_scored;
-  double rest = 0;
-  for (const BaseDist& d : base.saved) rest += std::isinf(d.logp_rest) ? 0.0 : std::exp(double(d.logp_rest));
-  t.base_rest_mass = base.saved.empty() ? 0 : rest / double(base.saved.size());
-  info(cat("base: ", chunk_name, ", ", t.positions, " scored positions, perplexity ", base.ppl.ppl,
-           "; mean mass outside the top ", o.top_k, ": ", t.base_rest_mass));
+  KldHeader kh;
+  kh.n_vocab = model->cfg.n_vocab, kh.n_ctx = o.ctx, kh.k = o.top_k, kh.tokens_hash = hash_tokens(chunks.ids);
+  KldRecorder rec(kh, "");  // in memory: chunks x ctx/2 positions
+  const KldRun base_run = perplexity_kld(*model, *backend, chunks.ids, po, chunk_name, &rec, -1, nullptr);
+  const KldBase base = rec.finish(base_run.ppl.chunks, base_run.ppl.chunks);
+  t.positions = base_run.ppl.tokens_scored;
+  t.base_rest_mass = base.mean_rest_mass();
+  info(cat("base: ", chunk_name, ", ", t.positions, " scored positions, perplexity ", base_run.ppl.ppl,
+           o.top_k ? cat("; mean mass outside the top ", o.top_k, ": ", t.base_rest_mass) : "; every token kept"));
   if (t.tensors.empty())
     for (auto& layer : model->layers)
       for (const Tensor** slot : layer.slots()) {
@@ -315,7 +317,7 @@ SensitivityTable measure_sensitivity(const SensitivityOptions& o, const Sensitiv
         *slot = qt;
         KldRun r;
         try {
-          r = perplexity_kld(*model, *backend, chunks.ids, po, chunk_name, 0, &base.saved, "the base run");
+          r = perplexity_kld(*model, *backend, chunks.ids, po, chunk_name, nullptr, 0, &base);
         } catch (...) {
           *slot = keep;
           throw;

@@ -29,7 +29,7 @@ struct SensitivityOptions {
   std::vector<TypeId> types;
   std::optional<quant::Method> method;   // ternary types; default: quantize's default
   std::vector<std::string> calib_files;  // empty: quant::default_calib_files()
-  int64_t chunks = 4, ctx = 256, top_k = 1024;
+  int64_t chunks = 4, ctx = 256, top_k = 0;  // top_k 0: exact KLD (runtime/kld.h)
   uint64_t seed = 0;
   std::string cache;  // the JSON file (read when present, rewritten after every type)
   std::string work_dir;  // where the per-type quantized files go (removed after use)

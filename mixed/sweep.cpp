@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <set>
 
+#include "formats/atomic_file.h"
 #include "formats/error.h"
 #include "formats/text_file.h"
 #include "quantize/pipeline.h"
@@ -47,6 +48,10 @@ ordered_json to_json(const SweepRow& r) {
     j["kld_p99"] = r.kld_p99.value_or(0);
     j["top1_agreement"] = r.top1.value_or(0);
   }
+  if (r.dlnppl) {
+    j["delta_ln_ppl"] = *r.dlnppl;
+    j["delta_ln_ppl_err"] = r.dlnppl_err.value_or(0);
+  }
   j["statistics"] = r.statistics;
   j["quantize_s"] = r.quantize_s;
   j["eval_s"] = r.eval_s;
@@ -73,6 +78,10 @@ SweepRow sweep_row_from_json(const nlohmann::json& j, const std::string& source)
       r.kld_err = j.at("kld_err").get<double>();
       r.kld_p99 = j.at("kld_p99").get<double>();
       r.top1 = j.at("top1_agreement").get<double>();
+    }
+    if (j.contains("delta_ln_ppl")) {
+      r.dlnppl = j.at("delta_ln_ppl").get<double>();
+      r.dlnppl_err = j.at("delta_ln_ppl_err").get<double>();
     }
     r.statistics = j.at("statistics").get<std::string>();
     r.quantize_s = j.at("quantize_s").get<double>();
@@ -106,7 +115,7 @@ void save_row(const std::string& dir, const SweepRow& r) { write_text_file(row_p
 std::string rows_csv(const std::vector<SweepRow>& rows) {
   std::string o =
       "name,kind,plan,bpw_block_linear,block_linear_bytes,tensor_bytes,file_bytes,ppl,ppl_err,kld_mean,kld_err,kld_p99,"
-      "top1_agreement,chunks,tokens_scored,statistics,quantize_s,eval_s\n";
+      "top1_agreement,delta_ln_ppl,delta_ln_ppl_err,chunks,tokens_scored,statistics,quantize_s,eval_s\n";
   char b[512];
   for (const SweepRow& r : rows) {
     auto opt = [](const std::optional<double>& v) {
@@ -118,7 +127,7 @@ std::string rows_csv(const std::vector<SweepRow>& rows) {
                   static_cast<unsigned long long>(r.block_linear_bytes), static_cast<unsigned long long>(r.tensor_bytes),
                   static_cast<unsigned long long>(r.file_bytes), r.ppl, r.ppl_err);
     o += r.name + "," + r.kind + "," + r.plan + "," + b + opt(r.kld_mean) + "," + opt(r.kld_err) + "," + opt(r.kld_p99) +
-         "," + opt(r.top1) + ",";
+         "," + opt(r.top1) + "," + opt(r.dlnppl) + "," + opt(r.dlnppl_err) + ",";
     std::snprintf(b, sizeof b, "%lld,%lld,%s,%.1f,%.1f\n", static_cast<long long>(r.chunks),
                   static_cast<long long>(r.tokens_scored), r.statistics.c_str(), r.quantize_s, r.eval_s);
     o += b;
@@ -298,7 +307,7 @@ class Sweep {
   PerplexityOptions po_;
   std::vector<int32_t> tokens_;
   KldHeader kh_;
-  std::vector<BaseDist> base_;
+  KldBase base_;
   bool calibrated_here_ = false;
 };
 
@@ -314,8 +323,15 @@ void block_linear(const TensorSet& ts, SweepRow& r) {
 
 void Sweep::measure(const Model& m, SweepRow& r, bool save) {
   const auto t0 = std::chrono::steady_clock::now();
-  const KldRun run = perplexity_kld(m, *backend_, tokens_, po_, o_.eval_text, save ? o_.kl_top_k : 0, save ? nullptr : &base_,
-                                    base_kld_, [&](int64_t i, double ppl) {
+  std::unique_ptr<KldRecorder> rec;
+  if (save) {
+    const int64_t chunks = o_.chunks < 0 ? int64_t(tokens_.size()) / o_.ctx : std::min(o_.chunks, int64_t(tokens_.size()) / o_.ctx);
+    const int64_t kept = o_.kl_chunks < 0 ? chunks : std::min(o_.kl_chunks, chunks), per = o_.ctx - o_.ctx / 2 - 1;
+    require_space(base_kld_, kld_file_bytes(kh_.n_vocab, kh_.k, kept * per, chunks * per), available_bytes(base_kld_));
+    rec = std::make_unique<KldRecorder>(kh_, base_kld_);
+  }
+  const KldRun run = perplexity_kld(m, *backend_, tokens_, po_, o_.eval_text, rec.get(), o_.kl_chunks,
+                                    save ? nullptr : &base_, [&](int64_t i, double ppl) {
                                       if ((i + 1) % 25 == 0) info(cat("  ", r.name, ": chunk ", i + 1, ", running PPL ", ppl));
                                     });
   r.eval_s = since(t0);
@@ -324,11 +340,10 @@ void Sweep::measure(const Model& m, SweepRow& r, bool save) {
   r.chunks = run.ppl.chunks;
   r.tokens_scored = run.ppl.tokens_scored;
   if (save) {
-    kh_.chunks = run.ppl.chunks;
-    write_kld(base_kld_, kh_, run.saved);
-    base_ = run.saved;
+    base_ = rec->finish(run.ppl.chunks, o_.kl_chunks < 0 ? run.ppl.chunks : std::min(o_.kl_chunks, run.ppl.chunks));
   } else {
     r.kld_mean = run.kld.mean, r.kld_err = run.kld.mean_err, r.kld_p99 = run.kld.p99, r.top1 = run.kld.top1_agree;
+    r.dlnppl = run.kld.dlnppl, r.dlnppl_err = run.kld.dlnppl_err;
   }
 }
 
@@ -337,9 +352,8 @@ SweepRow Sweep::base(bool may_measure) {
   std::optional<SweepRow> bf16 = finished_row(dir_, "bf16");
   const bool kld_there = fs::exists(base_kld_, ec);
   if (bf16 && kld_there) {
-    KldHeader bh;
-    base_ = read_kld(base_kld_, &bh);
-    check_kld_base(base_kld_, bh, kh_);
+    base_ = KldBase::open(base_kld_);
+    base_.check_fits(kh_);
     info(cat("bf16: finished earlier (", row_path(dir_, "bf16"), ", ", base_kld_, "), skipped"));
     return *bf16;
   }
@@ -399,8 +413,8 @@ SweepRow Sweep::row(const SweepTask& t) {
                 r.quantize_s, r.bpw_block, double(r.tensor_bytes) / (1024.0 * 1024.0));
   info(b);
   measure(*m, r, false);
-  std::snprintf(b, sizeof b, "  PPL %.4f +/- %.4f, KLD %.6f +/- %.6f (%.1f s)", r.ppl, r.ppl_err, *r.kld_mean, *r.kld_err,
-                r.eval_s);
+  std::snprintf(b, sizeof b, "  PPL %.4f +/- %.4f, ln(PPL/PPL(bf16)) %+.5f +/- %.5f (paired), KLD %.6f +/- %.6f (%.1f s)",
+                r.ppl, r.ppl_err, *r.dlnppl, *r.dlnppl_err, *r.kld_mean, *r.kld_err, r.eval_s);
   info(b);
   save_row(dir_, r);
   return r;

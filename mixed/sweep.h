@@ -28,6 +28,9 @@ struct SweepRow {
   double ppl = 0, ppl_err = 0;
   int64_t chunks = 0, tokens_scored = 0;
   std::optional<double> kld_mean, kld_err, kld_p99, top1;
+  // Against the BF16 row on the same tokens: mean ln(PPL/PPL(bf16)) and its paired standard error
+  // (absent in rows measured before the sweep recorded it).
+  std::optional<double> dlnppl, dlnppl_err;
   std::string statistics;  // "calibrated", "loaded", "not needed"
   double quantize_s = 0, eval_s = 0;
 };
@@ -61,7 +64,9 @@ struct SweepOptions {
   std::vector<std::string> plans;  // files or preset names
   std::string stats;               // default: OUT/stats.gguf
   std::optional<quant::Method> method;
-  int64_t ctx = 512, chunks = -1, kl_top_k = 128;
+  // The KLD base keeps every token (kl_top_k 0, exact) for the first kl_chunks chunks (~1.5 GB at
+  // 20 chunks and a 152k vocabulary); perplexity and its paired difference cover every chunk.
+  int64_t ctx = 512, chunks = -1, kl_top_k = 0, kl_chunks = 20;
   bool q8_reference = true;
   std::vector<std::string> calib_files;
   int64_t calib_windows = 128, calib_len = 512;

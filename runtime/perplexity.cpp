@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "formats/error.h"
+#include "runtime/cpu/ops.h"
 #include "runtime/transformer.h"
 
 namespace bonsai {
@@ -38,12 +39,11 @@ PerplexityResult perplexity(const Model& model, Backend& backend, const std::vec
     double chunk_sum = 0;
     for (int64_t p = first; p < n_ctx - 1; ++p) {
       const float* l = logits.data() + (p - first) * n_vocab;
-      float mx = l[0];
-      for (int64_t v = 1; v < n_vocab; ++v) mx = std::max(mx, l[v]);
-      double sum = 0;
-      for (int64_t v = 0; v < n_vocab; ++v) sum += std::exp(double(l[v] - mx));
-      const double nll = std::log(sum) - double(l[chunk[size_t(p + 1)]] - mx);
-      if (opts.on_position) opts.on_position(l, chunk[size_t(p + 1)]);
+      float mx = 0;
+      double lse = 0;
+      cpu::logsumexp(l, n_vocab, &mx, &lse);
+      const double nll = lse - double(l[chunk[size_t(p + 1)]] - mx);
+      if (opts.on_position) opts.on_position(l, double(mx) + lse, chunk[size_t(p + 1)]);
       s1 += nll;
       s2 += nll * nll;
       chunk_sum += nll;

@@ -38,6 +38,41 @@ BONSAI_CPU_CLONES void softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+BONSAI_CPU_CLONES void logsumexp(const float* x, int64_t n, float* mx_out, double* lse) {
+  float mx = x[0];
+#pragma omp simd reduction(max : mx)
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = 0.0;
+  BONSAI_EXPF_LOOP
+  for (int64_t i = 0; i < n; ++i) sum += double(expf(x[i] - mx));
+  *mx_out = mx;
+  *lse = std::log(sum);
+}
+
+BONSAI_CPU_CLONES void kl_codes(const uint16_t* code, int64_t n, float lmax, float step, const float* x, double q_off,
+                                float* work, double* kl_out, double* abs_out) {
+  double z = 0.0;
+  BONSAI_EXPF_LOOP
+  for (int64_t i = 0; i < n; ++i) {
+    work[i] = expf(lmax - float(code[i]) * step);
+    z += double(work[i]);
+  }
+  const double log_z = std::log(z), inv_z = 1.0 / z;
+  // log p_v - log q_v = off - code_v * step - x_v, in double: the terms are tens of nats and
+  // their difference a few thousandths.
+  const double off = double(lmax) - log_z + q_off, st = double(step);
+  double kl = 0.0, abs = 0.0;
+#pragma omp simd reduction(+ : kl, abs)
+  for (int64_t i = 0; i < n; ++i) {
+    const double t = off - double(code[i]) * st - double(x[i]);
+    const double p = double(work[i]) * inv_z;
+    kl += p * t;
+    abs += p * std::fabs(t);
+  }
+  *kl_out = kl;
+  *abs_out = abs;
+}
+
 namespace {
 
 // Asks for the n floats at p (their cache lines) ahead of use; past a cache's end it reads a few

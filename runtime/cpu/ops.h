@@ -13,6 +13,16 @@ void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y);
 // positions) become 0; n must be > 0 with at least one finite entry for a meaningful result.
 void softmax(float* x, int64_t n);
 
+// The terms of log-softmax over n logits: *mx = max x, *lse = log sum exp(x - mx) (expf summed in
+// double), so log p_i = x_i - mx - lse. For perplexity and KL divergence over a whole vocabulary.
+void logsumexp(const float* x, int64_t n, float* mx, double* lse);
+
+// A 16-bit log-probability vector against logits (runtime/kld.h's every-token layout): with
+// l_v = lmax - code[v] * step renormalised to log p_v = l_v - log sum exp(l), and log q_v = x_v -
+// q_off, *kl = sum p_v (log p_v - log q_v) and *abs = sum p_v |log p_v - log q_v|. work: n floats.
+void kl_codes(const uint16_t* code, int64_t n, float lmax, float step, const float* x, double q_off, float* work,
+              double* kl, double* abs);
+
 // attend asks for the cached rows this many rows ahead of those it reads (and for the first this
 // many at once): in a decode step the cache comes from memory, and on the 2-core Zen 5 the
 // hardware prefetchers alone left long-context generation at 47 t/s, with these 54-59

@@ -30,7 +30,7 @@ SweepRow row(const std::string& name, const std::string& kind, double bpw, doubl
   r.chunks = 3;
   r.tokens_scored = 300;
   r.statistics = "loaded";
-  if (kind == "plan") r.kld_mean = 0.01, r.kld_err = 0.001, r.kld_p99 = 0.1, r.top1 = 0.9;
+  if (kind == "plan") r.kld_mean = 0.01, r.kld_err = 0.001, r.kld_p99 = 0.1, r.top1 = 0.9, r.dlnppl = 0.03, r.dlnppl_err = 0.002;
   return r;
 }
 
@@ -44,7 +44,15 @@ TEST(Sweep, FinishedRowsAreFoundAndDamagedOnesNamed) {
   ASSERT_TRUE(r.has_value());
   EXPECT_DOUBLE_EQ(r->ppl, 720);
   EXPECT_DOUBLE_EQ(*r->kld_mean, 0.01);
+  EXPECT_DOUBLE_EQ(*r->dlnppl_err, 0.002);
   EXPECT_EQ(r->statistics, "loaded");
+  // A row measured before the paired difference was recorded still reads, without it.
+  auto old = to_json(row("b21", "plan", 2.1, 730));
+  old.erase("delta_ln_ppl");
+  old.erase("delta_ln_ppl_err");
+  write_text_file(row_path(dir, "b21"), old.dump());
+  ASSERT_TRUE(finished_row(dir, "b21").has_value());
+  EXPECT_FALSE(finished_row(dir, "b21")->dlnppl.has_value());
   EXPECT_FALSE(finished_row(dir, "b19").has_value());
   write_text_file(row_path(dir, "b19"), "{\"name\": \"b19\"");
   test::expect_error([&] { finished_row(dir, "b19"); }, row_path(dir, "b19"));
@@ -86,7 +94,7 @@ TEST(Sweep, SecondRunSkipsFinishedRows) {
   o.plans = {(dir / "q4.yaml").string()};
   o.ctx = 32;
   o.chunks = 2;
-  o.kl_top_k = 8;
+  o.kl_chunks = 1;  // the default every-token layout, one of the two chunks (the paired difference covers both)
   o.q8_reference = false;
   std::string log;
   SweepEvents ev;
@@ -98,6 +106,8 @@ TEST(Sweep, SecondRunSkipsFinishedRows) {
   EXPECT_NEAR(first[1].bpw_block, 4.5, 1e-9);
   ASSERT_TRUE(first[1].kld_mean.has_value());
   EXPECT_GT(*first[1].kld_mean, 0);
+  ASSERT_TRUE(first[1].dlnppl.has_value());
+  EXPECT_GT(*first[1].dlnppl_err, 0);
   for (const char* f : {"bf16.row.json", "bf16.kld", "q4.row.json", "q4.gguf", "sweep.csv", "sweep.json", "pareto.svg"})
     EXPECT_TRUE(fs::exists(dir / "out" / f)) << f;
   EXPECT_EQ(log.find("finished earlier"), std::string::npos);
