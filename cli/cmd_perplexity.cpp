@@ -5,6 +5,7 @@
 
 #include "cli/command.h"
 #include "cli/json_out.h"
+#include "eval/result_json.h"
 #include "formats/atomic_file.h"
 #include "formats/error.h"
 #include "runtime/kld.h"
@@ -20,10 +21,6 @@ std::string read_text(const std::string& path) {
   std::ostringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-std::string kl_layout(const KldBase& b) {
-  return b.header().k == 0 ? "every token, 16 bits" : cat("top ", b.header().k);
 }
 
 int run(const std::vector<std::string>& args) {
@@ -122,21 +119,13 @@ int run(const std::vector<std::string>& args) {
   const double tps = double(r.chunks * po.n_ctx) / r.seconds;
   const KldResult& k = run.kld;
   if (json) {
-    nlohmann::json j = {{"model", vm["model"].as<std::string>()}, {"text", text_path}, {"ppl", r.ppl}, {"ppl_err", r.ppl_err},
-                        {"mean_nll", r.mean_nll}, {"tokens", r.tokens}, {"tokens_scored", r.tokens_scored}, {"ctx", r.n_ctx},
-                        {"chunks", r.chunks}, {"seconds", r.seconds}, {"tokens_per_second", tps}};
+    nlohmann::ordered_json j = {{"model", vm["model"].as<std::string>()}, {"text", text_path}};
+    j.update(eval::perplexity_json(r));
     if (compare) {
-      j["kld"] = {{"positions", k.n}, {"layout", kl_layout(base)}, {"mean", k.mean}, {"mean_err", k.mean_err},
-                  {"median", k.median}, {"p90", k.p90}, {"p99", k.p99}, {"p99_9", k.p999}, {"max", k.max},
-                  {"top1_agreement", k.top1_agree}, {"delta_p_mean", k.dp_mean}, {"delta_p_rms", k.dp_rms},
-                  {"base_rest_mass_mean", k.mean_rest}, {"rounding_bound", k.rounding_bound}};
-      j["paired"] = {{"positions", k.paired_n},           {"ppl_base", k.ppl_base},
-                     {"ppl", k.ppl},               {"delta_ln_ppl", k.dlnppl},
-                     {"delta_ln_ppl_err", k.dlnppl_err}, {"delta_ppl", k.dppl},
-                     {"delta_ppl_err", k.dppl_err}, {"delta_ppl_err_unpaired", k.dppl_err_unpaired},
-                     {"nll_correlation", k.nll_correlation}};
+      j["kld"] = eval::kld_json(k, base);
+      j["paired"] = eval::paired_json(k);
     }
-    print_json(j);
+    print_json(nlohmann::json(j));
     return 0;
   }
   std::fprintf(stderr, "\n");

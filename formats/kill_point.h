@@ -3,7 +3,8 @@
 // what a job killed at exactly that moment leaves on disk (tests/quantize/job_test.cpp). A killed
 // process runs no destructor and no handler, as with `kill -9` or the OOM killer.
 // Points: "calibrate" (one window entering a block), "block" (a block's checkpoint committed),
-// "write:<file name>" (one AtomicFile::write into the file of that name, e.g. write:out.gguf).
+// "write:<file name>" (one AtomicFile::write into the file of that name, e.g. write:out.gguf),
+// "cell" (a cell of bonsai eval saved).
 // Unset, each call is one load of a cached flag.
 #pragma once
 #include <string_view>
