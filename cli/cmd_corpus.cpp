@@ -8,10 +8,14 @@
 
 #include "cli/command.h"
 #include "cli/json_out.h"
+#include "datasets/choice_tasks.h"
 #include "datasets/corpus_build.h"
 #include "datasets/overlap.h"
+#include "datasets/text_stats.h"
+#include "formats/atomic_file.h"
 #include "formats/error.h"
 #include "formats/json_file.h"
+#include "formats/text_file.h"
 
 namespace bonsai::cli {
 namespace {
@@ -20,7 +24,8 @@ namespace fs = std::filesystem;
 
 const char* kUsage =
     "bonsai corpus build --out DIR [--work DIR] [--compare MANIFEST]\n"
-    "       bonsai corpus check --calib FILE... --eval FILE... [--window N]";
+    "       bonsai corpus check --calib FILE... --eval FILE... [--window N]\n"
+    "       bonsai corpus choices --eval FILE [--calib FILE...] [--tasks N] [--seed S] -o OUT.bin";
 
 // A temporary work folder, removed on the way out (downloads are cheap to repeat; the unpacked
 // packages take ~150 MB).
@@ -166,21 +171,106 @@ int check(const std::vector<std::string>& args) {
   return r.findings.empty() ? 0 : 1;
 }
 
+// The calibration files of the corpus `eval` belongs to (MANIFEST.json beside it), and an Error
+// when the manifest calls `eval` itself calibration text.
+std::vector<std::string> manifest_calibration(const std::string& eval) {
+  const fs::path dir = fs::path(eval).parent_path(), man = dir / "MANIFEST.json";
+  if (!fs::exists(man))
+    fail(eval, "no MANIFEST.json beside it says which text is calibration: pass --calib FILE... (the text the tasks must not touch)");
+  const nlohmann::json m = read_json_file(man.string());
+  if (!m.contains("files") || !m["files"].is_object()) fail(man.string(), "has no \"files\" object");
+  const std::string name = fs::path(eval).filename().string();
+  if (!m["files"].contains(name)) fail(eval, "is not listed in ", man.string(), ": pass --calib FILE...");
+  if (m["files"][name].value("role", "").rfind("evaluation", 0) != 0)
+    fail(eval, "is ", m["files"][name].value("role", "?"), " text in ", man.string(), ": tasks are built from held-out text only");
+  std::vector<std::string> calib;
+  for (const auto& [f, e] : m["files"].items())
+    if (e.value("role", "").rfind("calibration", 0) == 0) calib.push_back((dir / f).string());
+  return calib;
+}
+
+int choices(const std::vector<std::string>& args) {
+  po::options_description opts("options");
+  datasets::ChoiceOptions co;
+  opts.add_options()("eval", po::value<std::string>()->required(), "held-out text (one paragraph per line)")(
+      "calib", po::value<std::vector<std::string>>()->multitoken(),
+      "calibration text the tasks must not touch (default: the calibration files of the MANIFEST.json beside --eval)")(
+      "tasks", po::value<int64_t>(&co.tasks)->default_value(co.tasks), "tasks to build")(
+      "seed", po::value<uint64_t>(&co.seed)->default_value(co.seed), "seed of the draws")(
+      "output,o", po::value<std::string>()->required(), "the task file (llama-perplexity --multiple-choice format); its manifest goes beside it as OUT.json");
+  add_json(opts);
+  po::variables_map vm;
+  if (!parse(args, "bonsai corpus choices --eval FILE [--calib FILE...] [--tasks N] [--seed S] -o OUT.bin",
+             "A Chinese multiple-choice set from held-out text: each task is a passage (the sentences\n"
+             "of a paragraph before some sentence, up to 300 characters) and four candidate next\n"
+             "sentences: the true one and three of similar length (half to twice) from other\n"
+             "paragraphs of the same text. A model that follows the text prefers the true one; chance\n"
+             "is 25%. Paragraphs sharing a 30-character window with the calibration text are never\n"
+             "used, and a file the corpus manifest lists as calibration text is refused. The same\n"
+             "text, seed and options give the same bytes. Score it with\n"
+             "  bonsai perplexity -m MODEL --multiple-choice OUT.bin\n"
+             "(or llama-perplexity --multiple-choice OUT.bin). What it measures: docs/results.md.\n\n"
+             "example:\n  bonsai corpus choices --eval corpora/zh/eval-debian-handbook-zh-CN.txt -o zh-choices.bin",
+             opts, {}, vm))
+    return 0;
+  const std::string eval = vm["eval"].as<std::string>(), out = vm["output"].as<std::string>();
+  const std::vector<std::string> calib =
+      vm.count("calib") ? vm["calib"].as<std::vector<std::string>>() : manifest_calibration(eval);
+  if (calib.empty()) fail(eval, "no calibration text to keep out: pass --calib FILE...");
+  const datasets::ChoiceSet set = datasets::build_choice_tasks(eval, calib, co);
+  const std::string bytes = datasets::serialize_choice_tasks(set.tasks);
+  std::vector<std::string> calib_names;
+  for (const auto& c : calib) calib_names.push_back(fs::path(c).filename().string());
+  const std::string source = read_text_file(eval);
+  nlohmann::ordered_json man = {
+      {"file", fs::path(out).filename().string()},
+      {"format", "llama-perplexity --multiple-choice (uint32 count, uint32 offsets, tasks)"},
+      {"sha256", datasets::sha256_hex(bytes)},
+      {"tasks", set.tasks.size()},
+      {"choices", co.choices},
+      {"seed", co.seed},
+      {"source", {{"file", fs::path(eval).filename().string()}, {"sha256", datasets::sha256_hex(source)}}},
+      {"kept_out", calib_names},
+      {"rules",
+       {{"passage_characters", {co.context_min, co.context_max}},
+        {"answer_characters", {co.answer_min, co.answer_max}},
+        {"distractors", "sentences of other paragraphs, half to twice the true one's length"},
+        {"overlap_window", datasets::kOverlapWindow}}},
+      {"paragraphs", set.paragraphs},
+      {"paragraphs_overlapping_calibration", set.overlapping},
+      {"candidate_sentences", set.candidates}};
+  {
+    AtomicFile f(out);
+    f.write(bytes.data(), bytes.size());
+    f.commit();
+  }
+  write_text_file(out + ".json", man.dump(1) + "\n");
+  if (vm["json"].as<bool>()) print_json(nlohmann::json(man));
+  else
+    std::printf("%s: %zu tasks of %d choices from %s (%zu paragraphs, %zu left out for overlapping %zu calibration files), "
+                "sha256 %.16s; manifest %s.json\n",
+                out.c_str(), set.tasks.size(), co.choices, eval.c_str(), set.paragraphs, set.overlapping, calib.size(),
+                man["sha256"].get<std::string>().c_str(), out.c_str());
+  return 0;
+}
+
 int run(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::cout << "usage: " << kUsage << "\n\n"
               << "  build   fetch the Debian packages and write the corpus and its MANIFEST.json\n"
-              << "  check   report calibration text that overlaps evaluation text\n\n"
-              << "bonsai corpus <build|check> --help for the options.\n";
+              << "  check   report calibration text that overlaps evaluation text\n"
+              << "  choices build a multiple-choice task file from held-out text\n\n"
+              << "bonsai corpus <build|check|choices> --help for the options.\n";
     return args.empty() ? 2 : 0;
   }
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "build") return build(rest);
   if (args[0] == "check") return check(rest);
-  throw po::error("unknown corpus command '" + args[0] + "' (build or check)");
+  if (args[0] == "choices") return choices(rest);
+  throw po::error("unknown corpus command '" + args[0] + "' (build, check or choices)");
 }
 
-const Registrar reg({"corpus", "build the Chinese calibration corpus, check it for overlap", run});
+const Registrar reg({"corpus", "build the Chinese calibration corpus, check it for overlap, build a multiple-choice set", run});
 
 }  // namespace
 }  // namespace bonsai::cli

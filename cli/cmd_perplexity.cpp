@@ -5,7 +5,10 @@
 
 #include "cli/command.h"
 #include "cli/json_out.h"
+#include "cli/progress.h"
+#include "datasets/choice_tasks.h"
 #include "eval/result_json.h"
+#include "eval/tasks.h"
 #include "formats/atomic_file.h"
 #include "formats/error.h"
 #include "runtime/kld.h"
@@ -23,10 +26,51 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+// --multiple-choice / --hellaswag / --winogrande: accuracy the way llama-perplexity scores it.
+int run_task(const po::variables_map& vm, bool json) {
+  const char* kind = vm.count("multiple-choice") ? "multiple-choice" : vm.count("hellaswag") ? "hellaswag" : "winogrande";
+  const std::string path = vm[kind].as<std::string>();
+  const std::string bytes = read_text(path);
+  const int64_t limit = vm["tasks"].as<int64_t>();
+  std::vector<eval::ChoiceTask> choices;
+  std::vector<eval::WinograndeTask> wino;
+  if (std::string(kind) == "multiple-choice") choices = datasets::parse_choice_tasks(bytes, path);
+  else if (std::string(kind) == "hellaswag") choices = eval::parse_hellaswag(bytes, path);
+  else wino = eval::parse_winogrande(bytes, path);
+  if (limit >= 0) {
+    if (choices.size() > size_t(limit)) choices.resize(size_t(limit));
+    if (wino.size() > size_t(limit)) wino.resize(size_t(limit));
+  }
+  auto backend = make_backend(vm["device"].as<std::string>(), vm["threads"].as<int>());
+  const auto model = load_model(vm["model"].as<std::string>());
+  const auto tok = model_tokenizer(*model);
+  const int64_t n = int64_t(choices.size() + wino.size());
+  Progress bar(kind, n);
+  const eval::TaskProgress progress = [&](int64_t done, int64_t) {
+    if (!json) bar.update(done);
+  };
+  const eval::TaskScore r = wino.empty() ? eval::score_choices(*model, *backend, *tok, choices, progress)
+                                         : eval::score_winogrande(*model, *backend, *tok, wino, progress);
+  if (json) {
+    print_json({{"model", vm["model"].as<std::string>()}, {"task", kind}, {"file", path}, {"tasks", r.tasks},
+                {"correct", r.correct}, {"accuracy", r.accuracy}, {"accuracy_err", r.accuracy_err},
+                {"chance", r.chance}, {"seconds", r.seconds}});
+    return 0;
+  }
+  std::printf("%s: %lld tasks, accuracy %.2f%% +/- %.2f%% (%lld right; chance %.2f%%), %.1f s\n", kind,
+              static_cast<long long>(r.tasks), 100 * r.accuracy, 100 * r.accuracy_err, static_cast<long long>(r.correct),
+              100 * r.chance, r.seconds);
+  return 0;
+}
+
 int run(const std::vector<std::string>& args) {
   po::options_description opts("options");
   add_model(opts);
-  opts.add_options()("file,f", po::value<std::string>()->required(), "text to measure (UTF-8)")(
+  opts.add_options()("file,f", po::value<std::string>(), "text to measure (UTF-8)")(
+      "multiple-choice", po::value<std::string>(), "score llama-perplexity's multiple-choice task FILE instead (bonsai corpus choices makes one)")(
+      "hellaswag", po::value<std::string>(), "score a HellaSwag task FILE (6 lines a task) instead")(
+      "winogrande", po::value<std::string>(), "score a Winogrande CSV FILE instead")(
+      "tasks", po::value<int64_t>()->default_value(-1), "score only the first N tasks (-1: all)")(
       "ctx,c", po::value<int64_t>()->default_value(512), "context size: tokens per chunk")(
       "chunks", po::value<int64_t>()->default_value(-1), "measure only the first N chunks (-1: all)")(
       "save-logits", po::value<std::string>(), "save this model's next-token distributions to FILE (the base for --kl-base)")(
@@ -40,7 +84,8 @@ int run(const std::vector<std::string>& args) {
   add_device(opts);
   add_json(opts);
   po::variables_map vm;
-  if (!parse(args, "bonsai perplexity -m MODEL -f TEXT [--ctx 512] [--chunks N] [--json]",
+  if (!parse(args, "bonsai perplexity -m MODEL -f TEXT [--ctx 512] [--chunks N] [--save-logits F | --kl-base F] [--json]\n"
+             "       bonsai perplexity -m MODEL --multiple-choice|--hellaswag|--winogrande FILE [--tasks N]",
              "Perplexity as llama.cpp's llama-perplexity computes it: the text is tokenized once (BOS\n"
              "first when the vocabulary adds one), cut into chunks of --ctx tokens evaluated\n"
              "independently, and the second half of each chunk is scored. Prints the running\n"
@@ -56,12 +101,23 @@ int run(const std::vector<std::string>& args) {
              "~300 KB a position for a 152k vocabulary, so --kl-chunks N keeps the first N chunks); the\n"
              "rounding's largest possible effect on the mean KLD is computed and printed. --kl-top-k K\n"
              "keeps the top K and merges the rest, a lower bound printed with the merged mass.\n\n"
+             "Tasks (instead of -f): --multiple-choice FILE, --hellaswag FILE, --winogrande FILE read\n"
+             "the files llama-perplexity reads and score them as it does: each choice by the mean\n"
+             "log-probability of its tokens after what the choices share (question + \" \" + answer;\n"
+             "Winogrande: the sentence after the blank), the highest wins. Prints accuracy +/-\n"
+             "sqrt(p(1-p)/(n-1)) and chance. --tasks N scores the first N (llama-perplexity draws N\n"
+             "at random). bonsai corpus choices builds a Chinese multiple-choice file from held-out text.\n\n"
              "examples:\n  bonsai perplexity -m zh-tiny-qwen3/ -f eval-debian-handbook-zh-CN.txt --ctx 512\n"
              "  bonsai perplexity -m zh-tiny-qwen3/ -f eval.txt --save-logits bf16.kld --kl-chunks 20\n"
-             "  bonsai perplexity -m zh-ptq1_0.gguf -f eval.txt --kl-base bf16.kld --json",
+             "  bonsai perplexity -m zh-ptq1_0.gguf -f eval.txt --kl-base bf16.kld --json\n"
+             "  bonsai perplexity -m zh-ptq1_0.gguf --multiple-choice zh-choices.bin",
              opts, {}, vm))
     return 0;
   const bool json = vm["json"].as<bool>();
+  const int n_task_files = int(vm.count("multiple-choice") + vm.count("hellaswag") + vm.count("winogrande"));
+  if (n_task_files > 1) throw po::error("give one of --multiple-choice, --hellaswag, --winogrande");
+  if (n_task_files == 1) return run_task(vm, json);
+  if (!vm.count("file")) throw po::error("the option '--file' is required (or a task: --multiple-choice, --hellaswag, --winogrande)");
   const std::string text_path = vm["file"].as<std::string>();
   const std::string text = read_text(text_path);
   auto backend = make_backend(vm["device"].as<std::string>(), vm["threads"].as<int>());

@@ -1,6 +1,7 @@
 // The forward pass, written once for every backend: a session holds the KV cache of one
 // sequence and evaluates batches of tokens (llama2.c's run.c shape, batched).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -23,6 +24,9 @@ class Session {
   void eval(const int32_t* ids, int64_t n, int64_t logits_from, float* logits);
   int64_t pos() const { return pos_; }
   void reset() { pos_ = 0; }
+  // Back to position p <= pos(): the next eval continues from p, overwriting the cache there, so
+  // several continuations of one prefix (a multiple-choice task's answers) share its evaluation.
+  void rewind(int64_t p) { pos_ = std::min(pos_, std::max<int64_t>(p, 0)); }
   int64_t n_ctx() const { return n_ctx_; }
 
   // Calibration: called with the input every matrix product sees (n rows of w.ne[0] floats, after
