@@ -31,7 +31,9 @@ int run(const std::vector<std::string>& args) {
       "base layout: 0 keeps every token in 16 bits (exact KLD); K > 0 the top K, the rest merged (a lower bound)")(
       "output,o", po::value<std::string>(&so.cache)->default_value("sensitivity.json"),
       "the cache/result JSON (reused when its key matches)")(
-      "svg", po::value<std::string>(), "heatmap SVG (default: the output with .svg)");
+      "svg", po::value<std::string>(), "heatmap SVG (default: the output with .svg)")(
+      "agreement", po::value<std::string>(),
+      "another table (e.g. --seed 1: other positions): print how alike the two rank the tensors, per type");
   add_threads(opts);
   add_device(opts);
   add_json(opts);
@@ -85,6 +87,14 @@ int run(const std::vector<std::string>& args) {
     std::printf("\n");
   }
   std::printf("cache: %s; heatmap: %s\n", so.cache.c_str(), svg.c_str());
+  if (vm.count("agreement")) {
+    const std::string other = vm["agreement"].as<std::string>();
+    const mixed::SensitivityTable o = mixed::read_sensitivity(other);
+    std::printf("rank agreement with %s (%lld positions; Spearman over the tensors):", other.c_str(),
+                static_cast<long long>(o.positions));
+    for (TypeId ty : so.types) std::printf(" %s %.3f", traits(ty).name, mixed::rank_agreement(t, o, ty, other));
+    std::printf("\n");
+  }
   return 0;
 }
 

@@ -338,4 +338,42 @@ SensitivityTable measure_sensitivity(const SensitivityOptions& o, const Sensitiv
   return t;
 }
 
+namespace {
+
+std::vector<double> ranks(const std::vector<double>& v) {
+  std::vector<size_t> idx(v.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::sort(idx.begin(), idx.end(), [&](size_t x, size_t y) { return v[x] < v[y]; });
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < idx.size();) {
+    size_t j = i;
+    while (j + 1 < idx.size() && v[idx[j + 1]] == v[idx[i]]) ++j;
+    for (size_t k = i; k <= j; ++k) r[idx[k]] = 0.5 * double(i + j);
+    i = j + 1;
+  }
+  return r;
+}
+
+}  // namespace
+
+double rank_agreement(const SensitivityTable& a, const SensitivityTable& b, TypeId ty, const std::string& source) {
+  std::vector<double> x, y;
+  for (const TensorSensitivity& e : a.tensors) {
+    const TensorSensitivity* f = b.find(e.name);
+    if (!f || !e.kld.count(ty) || !f->kld.count(ty)) continue;
+    x.push_back(e.kld.at(ty));
+    y.push_back(f->kld.at(ty));
+  }
+  if (x.size() < 3) fail(source, "shares ", x.size(), " measured tensors of ", traits(ty).name, " with the other table (need 3)");
+  const std::vector<double> rx = ranks(x), ry = ranks(y);
+  const double n = double(x.size()), mean = (n - 1) / 2;
+  double sxy = 0, sxx = 0, syy = 0;
+  for (size_t i = 0; i < rx.size(); ++i) {
+    sxy += (rx[i] - mean) * (ry[i] - mean);
+    sxx += (rx[i] - mean) * (rx[i] - mean);
+    syy += (ry[i] - mean) * (ry[i] - mean);
+  }
+  return sxx > 0 && syy > 0 ? sxy / std::sqrt(sxx * syy) : 1.0;
+}
+
 }  // namespace bonsai::mixed

@@ -83,6 +83,11 @@ struct SensitivityEvents {
 
 SensitivityTable measure_sensitivity(const SensitivityOptions& o, const SensitivityEvents& ev = {});
 
+// How alike two tables rank the tensors for type `ty` (e.g. measured on two disjoint sets of
+// positions): Spearman's rank correlation of their KLDs over the tensors both hold (ties take
+// their mean rank). 1: the same order. Error naming `source` when fewer than 3 tensors are shared.
+double rank_agreement(const SensitivityTable& a, const SensitivityTable& b, TypeId ty, const std::string& source);
+
 // Layers x tensor kinds, one panel per type: the KLD of each tensor taking that type alone.
 plot::HeatmapFigure sensitivity_heatmap(const SensitivityTable& t, const std::vector<TypeId>& types);
 // The same grid for one value per tensor (e.g. the bits/weight a plan chose), by tensor name.

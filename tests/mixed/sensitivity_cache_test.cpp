@@ -113,3 +113,22 @@ TEST(SensitivityCache, TypeListsAndKinds) {
   EXPECT_EQ(tensor_kind("blk.12.attn_output.weight"), "attn_output");
   EXPECT_EQ(tensor_kind("token_embd.weight"), "");
 }
+
+TEST(Sensitivity, RankAgreementIsSpearmansRho) {
+  auto make = [](const std::vector<double>& v) {
+    SensitivityTable t;
+    for (size_t i = 0; i < v.size(); ++i) {
+      TensorSensitivity e;
+      e.name = cat("blk.", i, ".ffn_up.weight");
+      e.kld = {{TypeId::PTQ1_0, v[i]}};
+      t.tensors.push_back(e);
+    }
+    return t;
+  };
+  const SensitivityTable a = make({0.1, 0.2, 0.3, 0.4, 0.5});
+  EXPECT_DOUBLE_EQ(rank_agreement(a, make({1, 2, 3, 4, 50}), TypeId::PTQ1_0, "b"), 1.0);  // same order
+  EXPECT_DOUBLE_EQ(rank_agreement(a, make({5, 4, 3, 2, 1}), TypeId::PTQ1_0, "b"), -1.0);
+  // One adjacent swap among 5: rho = 1 - 6 * 2 / (5 * 24) = 0.9.
+  EXPECT_NEAR(rank_agreement(a, make({1, 3, 2, 4, 5}), TypeId::PTQ1_0, "b"), 0.9, 1e-12);
+  test::expect_error([&] { rank_agreement(a, make({1, 2}), TypeId::PTQ1_0, "b.json"); }, "b.json");
+}
