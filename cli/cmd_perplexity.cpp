@@ -148,14 +148,12 @@ int run(const std::vector<std::string>& args) {
     base.check_fits(kh);
     po.max_chunks = base.header().chunks;
   }
-  const int64_t chunks = po.max_chunks < 0 ? int64_t(tokens.size()) / po.n_ctx
-                                           : std::min(po.max_chunks, int64_t(tokens.size()) / po.n_ctx);
-  const int64_t saved_chunks = kl_chunks < 0 ? chunks : std::min(kl_chunks, chunks);
+  const int64_t chunks = perplexity_chunks(int64_t(tokens.size()), po.n_ctx, po.max_chunks);
+  const int64_t saved_chunks = kld_kept_chunks(chunks, kl_chunks);
   std::unique_ptr<KldRecorder> rec;
   if (save) {
     const std::string sp = vm["save-logits"].as<std::string>();
-    const int64_t per = po.n_ctx - po.n_ctx / 2 - 1;
-    const uint64_t need = kld_file_bytes(n_vocab, kh.k, saved_chunks * per, chunks * per);
+    const uint64_t need = kld_base_bytes(kh, chunks, kl_chunks);
     require_space(sp, need, available_bytes(sp));
     if (!json)
       std::fprintf(stderr, "saving %s: %lld chunks' distributions, %.1f MiB (%s)\n", sp.c_str(),
@@ -165,7 +163,7 @@ int run(const std::vector<std::string>& args) {
   }
   if (!json)
     std::fprintf(stderr, "perplexity: %zu tokens, ctx %lld, scoring %lld tokens per chunk\n", tokens.size(),
-                 static_cast<long long>(po.n_ctx), static_cast<long long>(po.n_ctx - po.n_ctx / 2 - 1));
+                 static_cast<long long>(po.n_ctx), static_cast<long long>(scored_per_chunk(po.n_ctx)));
   const KldRun run = perplexity_kld(*model, *backend, tokens, po, text_path, rec.get(), saved_chunks,
                                     compare ? &base : nullptr, [&](int64_t i, double ppl) {
                                       if (!json) std::fprintf(stderr, "[%lld]%.4f,", static_cast<long long>(i + 1), ppl);

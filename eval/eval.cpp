@@ -116,9 +116,8 @@ Cell Job::measure(size_t m, size_t t, const Model& model, Backend& backend) {
   std::unique_ptr<KldRecorder> rec;
   KldBase base;
   if (is_base) {
-    const int64_t n = int64_t(tokens.size()) / o_.ctx, chunks = o_.chunks < 0 ? n : std::min(n, o_.chunks);
-    const int64_t kept = o_.kl_chunks < 0 ? chunks : std::min(chunks, o_.kl_chunks), per = o_.ctx - o_.ctx / 2 - 1;
-    require_space(kld_path(t), kld_file_bytes(kh.n_vocab, kh.k, kept * per, chunks * per), available_bytes(kld_path(t)));
+    const int64_t chunks = perplexity_chunks(int64_t(tokens.size()), o_.ctx, o_.chunks);
+    require_space(kld_path(t), kld_base_bytes(kh, chunks, o_.kl_chunks), available_bytes(kld_path(t)));
     rec = std::make_unique<KldRecorder>(kh, kld_path(t));
   } else if (has_base()) {
     base = KldBase::open(kld_path(t));
@@ -132,7 +131,7 @@ Cell Job::measure(size_t m, size_t t, const Model& model, Backend& backend) {
                                         ev_.progress(++done_chunks_, total_chunks_,
                                                      cat(where, ": chunk ", i + 1, ", PPL ", ppl));
                                     });
-  if (rec) rec->finish(run.ppl.chunks, o_.kl_chunks < 0 ? run.ppl.chunks : std::min(run.ppl.chunks, o_.kl_chunks));
+  if (rec) rec->finish(run.ppl.chunks, kld_kept_chunks(run.ppl.chunks, o_.kl_chunks));
   Cell c = {{"model", model_names_[m]}, {"model_path", models_[m]}, {"text", text_names_[t]}, {"text_path", text},
             {"settings", settings(o_, has_base())}};
   c.update(perplexity_json(run.ppl));
@@ -170,8 +169,8 @@ std::vector<Cell> Job::run() {
     if (total_chunks_ == 0) {  // one tokenization per text estimates every cell's chunks
       const auto tok = model_tokenizer(*model);
       for (size_t t = 0; t < o_.texts.size(); ++t) {
-        const int64_t n = int64_t(tok->encode(read_text_file(o_.texts[t]), tok->add_bos_default(), false).size()) / o_.ctx;
-        text_chunks_[t] = o_.chunks < 0 ? n : std::min(n, o_.chunks);
+        const int64_t n = int64_t(tok->encode(read_text_file(o_.texts[t]), tok->add_bos_default(), false).size());
+        text_chunks_[t] = perplexity_chunks(n, o_.ctx, o_.chunks);
       }
       for (size_t mm = 0; mm < models_.size(); ++mm)
         for (size_t t = 0; t < o_.texts.size(); ++t)

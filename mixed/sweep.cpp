@@ -325,9 +325,8 @@ void Sweep::measure(const Model& m, SweepRow& r, bool save) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<KldRecorder> rec;
   if (save) {
-    const int64_t chunks = o_.chunks < 0 ? int64_t(tokens_.size()) / o_.ctx : std::min(o_.chunks, int64_t(tokens_.size()) / o_.ctx);
-    const int64_t kept = o_.kl_chunks < 0 ? chunks : std::min(o_.kl_chunks, chunks), per = o_.ctx - o_.ctx / 2 - 1;
-    require_space(base_kld_, kld_file_bytes(kh_.n_vocab, kh_.k, kept * per, chunks * per), available_bytes(base_kld_));
+    const int64_t chunks = perplexity_chunks(int64_t(tokens_.size()), o_.ctx, o_.chunks);
+    require_space(base_kld_, kld_base_bytes(kh_, chunks, o_.kl_chunks), available_bytes(base_kld_));
     rec = std::make_unique<KldRecorder>(kh_, base_kld_);
   }
   const KldRun run = perplexity_kld(m, *backend_, tokens_, po_, o_.eval_text, rec.get(), o_.kl_chunks,
@@ -340,7 +339,7 @@ void Sweep::measure(const Model& m, SweepRow& r, bool save) {
   r.chunks = run.ppl.chunks;
   r.tokens_scored = run.ppl.tokens_scored;
   if (save) {
-    base_ = rec->finish(run.ppl.chunks, o_.kl_chunks < 0 ? run.ppl.chunks : std::min(o_.kl_chunks, run.ppl.chunks));
+    base_ = rec->finish(run.ppl.chunks, kld_kept_chunks(run.ppl.chunks, o_.kl_chunks));
   } else {
     r.kld_mean = run.kld.mean, r.kld_err = run.kld.mean_err, r.kld_p99 = run.kld.p99, r.top1 = run.kld.top1_agree;
     r.dlnppl = run.kld.dlnppl, r.dlnppl_err = run.kld.dlnppl_err;

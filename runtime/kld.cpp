@@ -85,6 +85,11 @@ uint64_t kld_file_bytes(int64_t n_vocab, int64_t k, int64_t positions, int64_t a
   return kHead + uint64_t(positions) * kld_record_bytes(n_vocab, k) + uint64_t(all) * 4;
 }
 
+uint64_t kld_base_bytes(const KldHeader& h, int64_t chunks, int64_t kl_chunks) {
+  const int64_t per = scored_per_chunk(h.n_ctx);
+  return kld_file_bytes(h.n_vocab, h.k, kld_kept_chunks(chunks, kl_chunks) * per, chunks * per);
+}
+
 uint64_t hash_tokens(const std::vector<int32_t>& t) { return XXH3_64bits(t.data(), t.size() * sizeof(int32_t)); }
 
 // ---- the base: parsing and views ----
@@ -109,7 +114,7 @@ KldBase KldBase::open(const std::string& path) {
       h.kl_chunks > h.chunks)
     fail(path, "header holds impossible sizes (vocabulary ", h.n_vocab, ", k ", h.k, ", positions ", n, ", chunks ",
          h.kl_chunks, " of ", h.chunks, ")");
-  const int64_t per_chunk = h.n_ctx - h.n_ctx / 2 - 1, all = h.chunks * per_chunk;
+  const int64_t per_chunk = scored_per_chunk(h.n_ctx), all = h.chunks * per_chunk;
   if (n != h.kl_chunks * per_chunk)
     fail(path, "holds ", n, " positions; ", h.kl_chunks, " chunks of --ctx ", h.n_ctx, " score ", h.kl_chunks * per_chunk);
   const uint64_t per = kld_record_bytes(h.n_vocab, h.k);
@@ -326,7 +331,7 @@ KldRun perplexity_kld(const Model& model, Backend& backend, const std::vector<in
   PerplexityOptions po = po_in;
   KldAccumulator acc;
   const int64_t n_vocab = model.cfg.n_vocab;
-  const int64_t per_chunk = po.n_ctx - po.n_ctx / 2 - 1;
+  const int64_t per_chunk = scored_per_chunk(po.n_ctx);
   const int64_t save_n = save_chunks < 0 ? std::numeric_limits<int64_t>::max() : save_chunks * per_chunk;
   int64_t at = 0;  // the callback runs inside perplexity() below: it must outlive the if
   if (save || base) {

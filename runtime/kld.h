@@ -16,6 +16,7 @@
 //   >= 0 (the chain rule): a lower bound, reported with the mean merged mass. For vocabularies
 //   too big for two bytes a token at every position.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -85,6 +86,12 @@ class KldBase {
 uint64_t kld_record_bytes(int64_t n_vocab, int64_t k);
 // The bytes of a .kld file holding `positions` distributions of `all` scored positions.
 uint64_t kld_file_bytes(int64_t n_vocab, int64_t k, int64_t positions, int64_t all);
+
+// The bytes of the base file a run of `chunks` chunks at h.n_ctx records, keeping the
+// distributions of the first kl_chunks (-1: all): for a refusal before the run, not after it.
+uint64_t kld_base_bytes(const KldHeader& h, int64_t chunks, int64_t kl_chunks);
+// The chunks whose distributions a base keeps: kl_chunks (-1: all) of `chunks`.
+inline int64_t kld_kept_chunks(int64_t chunks, int64_t kl_chunks) { return kl_chunks < 0 ? chunks : std::min(chunks, kl_chunks); }
 
 // Records a base run position by position: into a file (streamed, committed atomically by
 // finish()) or, with an empty path, into memory.

@@ -9,6 +9,11 @@
 
 namespace bonsai {
 
+int64_t perplexity_chunks(int64_t n_tokens, int64_t n_ctx, int64_t max_chunks) {
+  const int64_t all = n_tokens / n_ctx;
+  return max_chunks < 0 ? all : std::min(all, max_chunks);
+}
+
 PerplexityResult perplexity(const Model& model, Backend& backend, const std::vector<int32_t>& tokens,
                             const PerplexityOptions& opts, const std::string& source,
                             const std::function<void(int64_t, double)>& on_chunk) {
@@ -18,8 +23,7 @@ PerplexityResult perplexity(const Model& model, Backend& backend, const std::vec
   if (n_tok < 2 * n_ctx)
     fail(source, "the text has ", n_tok, " tokens; perplexity with --ctx ", n_ctx, " needs at least ", 2 * n_ctx,
          " (two contexts)");
-  int64_t chunks = n_tok / n_ctx;
-  if (opts.max_chunks >= 0) chunks = std::min(chunks, opts.max_chunks);
+  const int64_t chunks = perplexity_chunks(n_tok, n_ctx, opts.max_chunks);
   const int64_t first = n_ctx / 2, n_vocab = model.cfg.n_vocab;
 
   PerplexityResult r;

@@ -30,6 +30,11 @@ struct PerplexityResult {
   std::vector<double> chunk_nll;  // mean NLL of each chunk
 };
 
+// The chunks perplexity() measures of a text of n_tokens: every whole chunk, at most max_chunks
+// (-1: no limit); each scores scored_per_chunk(n_ctx) positions.
+int64_t perplexity_chunks(int64_t n_tokens, int64_t n_ctx, int64_t max_chunks);
+inline int64_t scored_per_chunk(int64_t n_ctx) { return n_ctx - n_ctx / 2 - 1; }
+
 // `tokens` is the whole text tokenized once (with BOS first when add_bos). `source` names the
 // text in errors. on_chunk(i, running ppl) is called after every chunk.
 PerplexityResult perplexity(const Model& model, Backend& backend, const std::vector<int32_t>& tokens,
