@@ -12,6 +12,7 @@
 #include "formats/error.h"
 #include "formats/mapped_file.h"
 #include "runtime/cpu/ops.h"
+#include "runtime/cpu/parallel.h"
 
 namespace bonsai {
 
@@ -200,12 +201,18 @@ KldRecorder::KldRecorder(const KldHeader& h, const std::string& path) : h_(h), p
 KldRecorder::~KldRecorder() = default;
 
 void KldRecorder::add(const float* logits, double log_z, int32_t next, bool with_dist) {
-  if (with_dist) {
-    encode(logits, log_z, h_.n_vocab, h_.k, next, rec_);
-    sink_->write(rec_.data(), rec_.size());
-    ++n_;
-  }
-  logp_next_.push_back(float(double(logits[next]) - log_z));
+  add_rows(logits, &log_z, &next, 1, with_dist ? 1 : 0);
+}
+
+void KldRecorder::add_rows(const float* logits, const double* log_z, const int32_t* next, int64_t n, int64_t with_dist) {
+  with_dist = std::clamp<int64_t>(with_dist, 0, n);
+  std::vector<std::vector<uint8_t>> recs(static_cast<size_t>(with_dist));
+  cpu::parallel_for(with_dist, with_dist > 1, [&](int64_t i) {
+    encode(logits + i * h_.n_vocab, log_z[i], h_.n_vocab, h_.k, next[i], recs[size_t(i)]);
+  });
+  for (const auto& r : recs) sink_->write(r.data(), r.size());
+  n_ += with_dist;
+  for (int64_t i = 0; i < n; ++i) logp_next_.push_back(float(double(logits[i * h_.n_vocab + next[i]]) - log_z[i]));
 }
 
 KldBase KldRecorder::finish(int64_t chunks, int64_t kl_chunks) {
@@ -230,17 +237,17 @@ KldBase KldRecorder::finish(int64_t chunks, int64_t kl_chunks) {
 
 // ---- comparing ----
 
-void KldAccumulator::add(const BaseView& base, const float* logits, double log_z, int64_t n_vocab) {
+KldAccumulator::Row KldAccumulator::measure(const BaseView& base, const float* logits, double log_z, int64_t n_vocab) {
   auto logq = [&](int32_t v) { return double(logits[v]) - log_z; };
-  double kld = 0;
+  Row r;
   int32_t base_arg = 0;
   if (base.k == 0) {
     thread_local std::vector<float> work;
     work.resize(size_t(n_vocab));
     double abs = 0;
-    cpu::kl_codes(base.code, n_vocab, base.lmax, base.step, logits, log_z, work.data(), &kld, &abs);
+    cpu::kl_codes(base.code, n_vocab, base.lmax, base.step, logits, log_z, work.data(), &r.kld, &abs);
     const double delta = double(base.step) / 2, eps = std::expm1(2 * delta);
-    bound_ += eps * std::exp(2 * delta) * (abs + 2 * delta) + eps * eps;
+    r.bound = eps * std::exp(2 * delta) * (abs + 2 * delta) + eps * eps;
     for (int64_t v = 1; v < n_vocab; ++v)
       if (base.code[v] < base.code[base_arg]) base_arg = int32_t(v);
   } else {
@@ -249,23 +256,48 @@ void KldAccumulator::add(const BaseView& base, const float* logits, double log_z
     double kept_q = 0;
     for (int64_t i = 0; i < base.k; ++i) {
       const double lq_exact = logq(base.ids[i]), lp = base.logp[i], lq = double(float(lq_exact));
-      kld += std::exp(lp) * (lp - lq);
+      r.kld += std::exp(lp) * (lp - lq);
       kept_q += std::exp(lq_exact);
     }
-    const double p_rest = std::isfinite(base.logp_rest) ? std::exp(double(base.logp_rest)) : 0.0;
-    if (p_rest > 0) {
+    r.rest = std::isfinite(base.logp_rest) ? std::exp(double(base.logp_rest)) : 0.0;
+    if (r.rest > 0) {
       const double q_rest = std::max(1.0 - kept_q, 1e-300);
-      kld += p_rest * (double(base.logp_rest) - double(float(std::log(q_rest))));
+      r.kld += r.rest * (double(base.logp_rest) - double(float(std::log(q_rest))));
     }
-    rest_ += p_rest;
     base_arg = base.ids[0];
   }
-  kld_.push_back(std::max(kld, 0.0));  // rounding can leave -1e-12 for identical models
+  r.kld = std::max(r.kld, 0.0);  // rounding can leave -1e-12 for identical models
   int32_t arg = 0;
   for (int64_t v = 1; v < n_vocab; ++v)
     if (logits[v] > logits[arg]) arg = int32_t(v);
-  agree_ += arg == base_arg;
-  dp_.push_back(std::exp(double(float(logq(base.next)))) - std::exp(double(base.logp_next)));
+  r.agree = arg == base_arg;
+  r.dp = std::exp(double(float(logq(base.next)))) - std::exp(double(base.logp_next));
+  return r;
+}
+
+void KldAccumulator::push(const Row& r) {
+  kld_.push_back(r.kld);
+  dp_.push_back(r.dp);
+  agree_ += r.agree;
+  rest_ += r.rest;
+  bound_ += r.bound;
+}
+
+void KldAccumulator::add(const BaseView& base, const float* logits, double log_z, int64_t n_vocab) {
+  push(measure(base, logits, log_z, n_vocab));
+}
+
+void KldAccumulator::add_rows(const KldBase& base, int64_t at, const float* logits, const double* log_z,
+                              const int32_t* next, int64_t n, int64_t n_vocab) {
+  const int64_t with_dist = std::clamp<int64_t>(base.positions() - at, 0, n);
+  std::vector<Row> rows(static_cast<size_t>(with_dist));
+  // Rows measured on every thread, added in order: the same sums as one row at a time.
+  cpu::parallel_for(with_dist, with_dist > 1, [&](int64_t i) {
+    rows[size_t(i)] = measure(base.at(at + i), logits + i * n_vocab, log_z[i], n_vocab);
+  });
+  for (const Row& r : rows) push(r);
+  for (int64_t i = 0; i < n && at + i < base.all_positions(); ++i)
+    add_pair(base.logp_next(at + i), double(float(double(logits[i * n_vocab + next[i]]) - log_z[i])));
 }
 
 void KldAccumulator::add_pair(double lp, double lq) {
@@ -335,13 +367,10 @@ KldRun perplexity_kld(const Model& model, Backend& backend, const std::vector<in
   const int64_t save_n = save_chunks < 0 ? std::numeric_limits<int64_t>::max() : save_chunks * per_chunk;
   int64_t at = 0;  // the callback runs inside perplexity() below: it must outlive the if
   if (save || base) {
-    po.on_position = [&](const float* logits, double log_z, int32_t next) {
-      if (save) save->add(logits, log_z, next, at < save_n);
-      if (base && at < base->all_positions()) {
-        if (at < base->positions()) acc.add(base->at(at), logits, log_z, n_vocab);
-        acc.add_pair(base->logp_next(at), double(float(double(logits[next]) - log_z)));
-      }
-      ++at;
+    po.on_rows = [&](const float* logits, const double* log_z, const int32_t* next, int64_t n) {
+      if (save) save->add_rows(logits, log_z, next, n, std::clamp<int64_t>(save_n - at, 0, n));
+      if (base) acc.add_rows(*base, at, logits, log_z, next, n, n_vocab);
+      at += n;
     };
   }
   run.ppl = perplexity(model, backend, tokens, po, source, on_chunk);

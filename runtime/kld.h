@@ -101,6 +101,9 @@ class KldRecorder {
   ~KldRecorder();
   // Every scored position in order (logits: n_vocab floats); with_dist: store its distribution.
   void add(const float* logits, double log_z, int32_t next, bool with_dist);
+  // n consecutive positions (n rows of logits, their log_z and next tokens), the first with_dist
+  // with their distributions; encoded on every thread, written in order.
+  void add_rows(const float* logits, const double* log_z, const int32_t* next, int64_t n, int64_t with_dist);
   // Sets the chunk counts, commits the file, and returns the base (mapped from the file).
   KldBase finish(int64_t chunks, int64_t kl_chunks);
 
@@ -141,9 +144,20 @@ class KldAccumulator {
   // One position of the paired difference: the base's and this model's log-probability of the
   // right token (this model's rounded to float as the base's was: 0 for the same model).
   void add_pair(double logp_base, double logp);
+  // n consecutive positions from the base's position `at`: the KLD of those the base holds a
+  // distribution for, the paired difference of those it holds a log-probability for. Measured on
+  // every thread, summed in order (the same result as add() a position at a time).
+  void add_rows(const KldBase& base, int64_t at, const float* logits, const double* log_z, const int32_t* next,
+                int64_t n, int64_t n_vocab);
   KldResult result() const;
 
  private:
+  struct Row {
+    double kld = 0, dp = 0, rest = 0, bound = 0;
+    bool agree = false;
+  };
+  static Row measure(const BaseView& base, const float* logits, double log_z, int64_t n_vocab);
+  void push(const Row& r);
   std::vector<double> kld_, dp_, p_;
   int64_t agree_ = 0, paired_ = 0;
   double rest_ = 0, bound_ = 0;

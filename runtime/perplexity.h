@@ -17,10 +17,10 @@ struct PerplexityOptions {
   int64_t max_chunks = -1;  // -1: every whole chunk
   bool add_bos = false;     // replace each chunk's first token by bos
   int32_t bos = -1;
-  // Called for every scored position, in order: its logits (n_vocab floats), log_z with log p_v =
-  // logits[v] - log_z, and the token that follows (KL divergence against a base model reads them:
-  // runtime/kld.h).
-  std::function<void(const float* logits, double log_z, int32_t next)> on_position;
+  // Called once a chunk with its n scored positions, in order: their logits (n rows of n_vocab
+  // floats), log_z (log p_v = logits[v] - log_z) and the tokens that follow (KL divergence
+  // against a base model reads them: runtime/kld.h).
+  std::function<void(const float* logits, const double* log_z, const int32_t* next, int64_t n)> on_rows;
 };
 
 struct PerplexityResult {
