@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 const char* kUsage =
     "bonsai corpus build --out DIR [--work DIR] [--compare MANIFEST]\n"
     "       bonsai corpus check --calib FILE... --eval FILE... [--window N]\n"
-    "       bonsai corpus choices --eval FILE [--calib FILE...] [--tasks N] [--seed S] -o OUT.bin";
+    "       bonsai corpus choices --eval FILE [--calib FILE...] [--count N] [--seed S] -o OUT.bin";
 
 // A temporary work folder, removed on the way out (downloads are cheap to repeat; the unpacked
 // packages take ~150 MB).
@@ -195,12 +195,12 @@ int choices(const std::vector<std::string>& args) {
   opts.add_options()("eval", po::value<std::string>()->required(), "held-out text (one paragraph per line)")(
       "calib", po::value<std::vector<std::string>>()->multitoken(),
       "calibration text the tasks must not touch (default: the calibration files of the MANIFEST.json beside --eval)")(
-      "tasks", po::value<int64_t>(&co.tasks)->default_value(co.tasks), "tasks to build")(
+      "count", po::value<int64_t>(&co.tasks)->default_value(co.tasks), "tasks to build")(
       "seed", po::value<uint64_t>(&co.seed)->default_value(co.seed), "seed of the draws")(
       "output,o", po::value<std::string>()->required(), "the task file (llama-perplexity --multiple-choice format); its manifest goes beside it as OUT.json");
   add_json(opts);
   po::variables_map vm;
-  if (!parse(args, "bonsai corpus choices --eval FILE [--calib FILE...] [--tasks N] [--seed S] -o OUT.bin",
+  if (!parse(args, "bonsai corpus choices --eval FILE [--calib FILE...] [--count N] [--seed S] -o OUT.bin",
              "A Chinese multiple-choice set from held-out text: each task is a passage (the sentences\n"
              "of a paragraph before some sentence, up to 300 characters) and four candidate next\n"
              "sentences: the true one and three of similar length (half to twice) from other\n"

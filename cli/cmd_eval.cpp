@@ -15,7 +15,10 @@ int run(const std::vector<std::string>& args) {
   eval::EvalOptions o;
   opts.add_options()("models", po::value<std::vector<std::string>>(&o.models)->multitoken(),
                      "models to measure (GGUF, .bonsai, Hugging Face folder, llama2.c .bin)")(
-      "texts", po::value<std::vector<std::string>>(&o.texts)->multitoken()->required(), "evaluation texts (UTF-8)")(
+      "texts", po::value<std::vector<std::string>>(&o.texts)->multitoken(), "evaluation texts (UTF-8)")(
+      "tasks", po::value<std::vector<std::string>>(&o.tasks)->multitoken(),
+      "task files as KIND:FILE, KIND multiple-choice, hellaswag or winogrande: each model's accuracy (bonsai perplexity --help)")(
+      "task-limit", po::value<int64_t>(&o.task_limit)->default_value(o.task_limit), "score only the first N tasks of each (-1: all)")(
       "kl-base-model", po::value<std::string>(&o.kl_base_model),
       "the reference: measured first on every text, its distributions the KLD base of every other cell")(
       "output,o", po::value<std::string>(&o.out_dir)->required(), "output folder (cells already there are skipped)")(
@@ -29,7 +32,7 @@ int run(const std::vector<std::string>& args) {
   add_device(opts);
   add_json(opts);
   po::variables_map vm;
-  if (!parse(args, "bonsai eval --models A.gguf B.gguf ... --texts X.txt Y.txt ... [--kl-base-model BASE] -o DIR",
+  if (!parse(args, "bonsai eval --models A.gguf B.gguf ... --texts X.txt Y.txt ... [--tasks KIND:FILE ...] [--kl-base-model BASE] -o DIR",
              "Every model on every text in one job, each model loaded once, each cell measured\n"
              "exactly as `bonsai perplexity` measures it (the same code and the same JSON fields).\n"
              "With --kl-base-model the base runs first on every text and saves its distributions\n"
@@ -39,10 +42,12 @@ int run(const std::vector<std::string>& args) {
              "Each finished cell is DIR/cells/MODEL@TEXT.json, written atomically: a killed or\n"
              "interrupted job, run again with the same options, skips the finished cells (and the\n"
              "models whose cells are all finished); a cell measured with other settings is an error.\n"
+             "--tasks adds a column per task file, each model's accuracy scored as `bonsai perplexity\n"
+             "--multiple-choice` (or --hellaswag, --winogrande) scores it.\n"
              "At the end: DIR/eval.csv, DIR/eval.json (every cell) and DIR/eval.svg (perplexity of\n"
              "each model, one line per text). Names are the files' names without extension.\n\n"
              "example:\n  bonsai eval --kl-base-model zh-tiny-qwen3/ --models q8_0.gguf ptq1.gguf pq2.gguf \\\n"
-             "      --texts eval-zh.txt other-zh.txt --chunks 20 -o eval/",
+             "      --texts eval-zh.txt other-zh.txt --chunks 20 --tasks multiple-choice:zh-choices.bin -o eval/",
              opts, {}, vm))
     return 0;
   o.device = vm["device"].as<std::string>();
@@ -71,6 +76,12 @@ int run(const std::vector<std::string>& args) {
     if (c.contains("paired"))
       std::snprintf(dl, sizeof dl, "%+.5f +/- %.5f", c["paired"]["delta_ln_ppl"].get<double>(),
                     c["paired"]["delta_ln_ppl_err"].get<double>());
+    if (c.contains("task")) {
+      std::printf("%-24s %-24s accuracy %.2f%% +/- %.2f%% (%s, chance %.2f%%)\n", c["model"].get<std::string>().c_str(),
+                  c["text"].get<std::string>().c_str(), 100 * c["accuracy"].get<double>(),
+                  100 * c["accuracy_err"].get<double>(), c["task"].get<std::string>().c_str(), 100 * c["chance"].get<double>());
+      continue;
+    }
     std::printf("%-24s %-24s %10.4f +/- %7.4f %14s %22s\n", c["model"].get<std::string>().c_str(),
                 c["text"].get<std::string>().c_str(), c["ppl"].get<double>(), c["ppl_err"].get<double>(), kld, dl);
   }

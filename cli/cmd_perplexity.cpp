@@ -31,7 +31,7 @@ int run_task(const po::variables_map& vm, bool json) {
   const char* kind = vm.count("multiple-choice") ? "multiple-choice" : vm.count("hellaswag") ? "hellaswag" : "winogrande";
   const std::string path = vm[kind].as<std::string>();
   const std::string bytes = read_text(path);
-  const int64_t limit = vm["tasks"].as<int64_t>();
+  const int64_t limit = vm["task-limit"].as<int64_t>();
   std::vector<eval::ChoiceTask> choices;
   std::vector<eval::WinograndeTask> wino;
   if (std::string(kind) == "multiple-choice") choices = datasets::parse_choice_tasks(bytes, path);
@@ -70,7 +70,7 @@ int run(const std::vector<std::string>& args) {
       "multiple-choice", po::value<std::string>(), "score llama-perplexity's multiple-choice task FILE instead (bonsai corpus choices makes one)")(
       "hellaswag", po::value<std::string>(), "score a HellaSwag task FILE (6 lines a task) instead")(
       "winogrande", po::value<std::string>(), "score a Winogrande CSV FILE instead")(
-      "tasks", po::value<int64_t>()->default_value(-1), "score only the first N tasks (-1: all)")(
+      "task-limit", po::value<int64_t>()->default_value(-1), "score only the first N tasks (-1: all)")(
       "ctx,c", po::value<int64_t>()->default_value(512), "context size: tokens per chunk")(
       "chunks", po::value<int64_t>()->default_value(-1), "measure only the first N chunks (-1: all)")(
       "save-logits", po::value<std::string>(), "save this model's next-token distributions to FILE (the base for --kl-base)")(
@@ -85,7 +85,7 @@ int run(const std::vector<std::string>& args) {
   add_json(opts);
   po::variables_map vm;
   if (!parse(args, "bonsai perplexity -m MODEL -f TEXT [--ctx 512] [--chunks N] [--save-logits F | --kl-base F] [--json]\n"
-             "       bonsai perplexity -m MODEL --multiple-choice|--hellaswag|--winogrande FILE [--tasks N]",
+             "       bonsai perplexity -m MODEL --multiple-choice|--hellaswag|--winogrande FILE [--task-limit N]",
              "Perplexity as llama.cpp's llama-perplexity computes it: the text is tokenized once (BOS\n"
              "first when the vocabulary adds one), cut into chunks of --ctx tokens evaluated\n"
              "independently, and the second half of each chunk is scored. Prints the running\n"
@@ -105,7 +105,7 @@ int run(const std::vector<std::string>& args) {
              "the files llama-perplexity reads and score them as it does: each choice by the mean\n"
              "log-probability of its tokens after what the choices share (question + \" \" + answer;\n"
              "Winogrande: the sentence after the blank), the highest wins. Prints accuracy +/-\n"
-             "sqrt(p(1-p)/(n-1)) and chance. --tasks N scores the first N (llama-perplexity draws N\n"
+             "sqrt(p(1-p)/(n-1)) and chance. --task-limit N scores the first N (llama-perplexity draws N\n"
              "at random). bonsai corpus choices builds a Chinese multiple-choice file from held-out text.\n\n"
              "examples:\n  bonsai perplexity -m zh-tiny-qwen3/ -f eval-debian-handbook-zh-CN.txt --ctx 512\n"
              "  bonsai perplexity -m zh-tiny-qwen3/ -f eval.txt --save-logits bf16.kld --kl-chunks 20\n"

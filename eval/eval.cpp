@@ -1,11 +1,14 @@
 #include "eval/eval.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
 
+#include "datasets/choice_tasks.h"
 #include "eval/result_json.h"
+#include "eval/tasks.h"
 #include "formats/atomic_file.h"
 #include "formats/error.h"
 #include "formats/kill_point.h"
@@ -43,18 +46,30 @@ ordered_json settings(const EvalOptions& o, bool with_base) {
   return s;
 }
 
+constexpr const char* kTaskKinds[] = {"multiple-choice", "hellaswag", "winogrande"};
+
 class Job {
  public:
   Job(const EvalOptions& o, const EvalEvents& ev) : o_(o), ev_(ev) {
     if (o.models.empty() && o.kl_base_model.empty()) throw Error("bonsai eval: no --models");
-    if (o.texts.empty()) throw Error("bonsai eval: no --texts");
+    if (o.texts.empty() && o.tasks.empty()) throw Error("bonsai eval: no --texts and no --tasks");
     if (!o.kl_base_model.empty()) models_.push_back(o.kl_base_model);
     for (const std::string& m : o.models)
       if (m != o.kl_base_model) models_.push_back(m);
     model_names_ = short_names(models_);
-    text_names_ = short_names(o.texts);
-    for (const std::string& t : o.texts)
-      if (!fs::is_regular_file(t)) fail(t, "no such text file");
+    paths_ = o.texts;
+    kinds_.assign(o.texts.size(), "");
+    for (const std::string& t : o.tasks) {
+      const size_t colon = t.find(':');
+      const std::string kind = colon == std::string::npos ? "" : t.substr(0, colon);
+      if (std::find(std::begin(kTaskKinds), std::end(kTaskKinds), kind) == std::end(kTaskKinds))
+        throw Error(cat("--tasks ", t, ": give KIND:FILE, KIND one of multiple-choice, hellaswag, winogrande"));
+      kinds_.push_back(kind);
+      paths_.push_back(t.substr(colon + 1));
+    }
+    text_names_ = short_names(paths_);
+    for (const std::string& t : paths_)
+      if (!fs::is_regular_file(t)) fail(t, "no such file");
     std::error_code ec;
     for (const char* sub : {"cells", "kld"}) fs::create_directories(fs::path(o.out_dir) / sub, ec);
     if (!fs::is_directory(fs::path(o.out_dir) / "cells", ec)) fail(o.out_dir, "cannot create the output folder");
@@ -64,6 +79,12 @@ class Job {
 
  private:
   bool has_base() const { return !o_.kl_base_model.empty(); }
+  size_t columns() const { return paths_.size(); }
+  bool is_task(size_t t) const { return !kinds_[t].empty(); }
+  ordered_json column_settings(size_t t) const {
+    return is_task(t) ? ordered_json{{"task", kinds_[t]}, {"limit", o_.task_limit}} : settings(o_, has_base());
+  }
+  Cell measure_task(size_t m, size_t t, const Model& model, Backend& backend);
   std::string cell_path(size_t m, size_t t) const {
     return (fs::path(o_.out_dir) / "cells" / (model_names_[m] + "@" + text_names_[t] + ".json")).string();
   }
@@ -77,6 +98,7 @@ class Job {
   const EvalOptions& o_;
   const EvalEvents& ev_;
   std::vector<std::string> models_, model_names_, text_names_;
+  std::vector<std::string> paths_, kinds_;  // the columns: texts, then tasks (kind "" for a text)
   std::map<size_t, int64_t> text_chunks_;  // chunks per text, from its first tokenization
   int64_t done_chunks_ = 0, total_chunks_ = 0;
 };
@@ -90,12 +112,12 @@ std::optional<Cell> Job::finished(size_t m, size_t t) const {
   } catch (const nlohmann::json::exception& e) {
     fail(p, "is not JSON (delete it to measure the cell again): ", e.what());
   }
-  const bool base_cell = has_base() && m == 0;
-  if (!c.is_object() || !c.contains("settings") || !c.contains("ppl") || c.value("model_path", "") != models_[m] ||
-      c.value("text_path", "") != o_.texts[t])
-    fail(p, "is not this job's cell for ", models_[m], " on ", o_.texts[t], " (delete it to measure the cell again)");
-  if (c["settings"] != settings(o_, has_base()))
-    fail(p, "was measured with other settings (", c["settings"].dump(), "; this job: ", settings(o_, has_base()).dump(),
+  const bool base_cell = has_base() && m == 0 && !is_task(t);
+  if (!c.is_object() || !c.contains("settings") || !c.contains(is_task(t) ? "accuracy" : "ppl") ||
+      c.value("model_path", "") != models_[m] || c.value("text_path", "") != paths_[t])
+    fail(p, "is not this job's cell for ", models_[m], " on ", paths_[t], " (delete it to measure the cell again)");
+  if (c["settings"] != column_settings(t))
+    fail(p, "was measured with other settings (", c["settings"].dump(), "; this job: ", column_settings(t).dump(),
          "): use another -o, or delete it to measure the cell again");
   if (base_cell && !fs::exists(kld_path(t))) return std::nullopt;  // its distributions are gone: measure again
   return c;
@@ -144,17 +166,42 @@ Cell Job::measure(size_t m, size_t t, const Model& model, Backend& backend) {
   return c;
 }
 
+Cell Job::measure_task(size_t m, size_t t, const Model& model, Backend& backend) {
+  const std::string& path = paths_[t];
+  const std::string bytes = read_text_file(path);
+  const auto tok = model_tokenizer(model);
+  TaskScore r;
+  info(cat(model_names_[m], " on ", text_names_[t], ": ", kinds_[t], " tasks"));
+  if (kinds_[t] == "winogrande") {
+    auto tasks = parse_winogrande(bytes, path);
+    if (o_.task_limit >= 0 && tasks.size() > size_t(o_.task_limit)) tasks.resize(size_t(o_.task_limit));
+    r = score_winogrande(model, backend, *tok, tasks);
+  } else {
+    auto tasks = kinds_[t] == "hellaswag" ? parse_hellaswag(bytes, path) : datasets::parse_choice_tasks(bytes, path);
+    if (o_.task_limit >= 0 && tasks.size() > size_t(o_.task_limit)) tasks.resize(size_t(o_.task_limit));
+    r = score_choices(model, backend, *tok, tasks);
+  }
+  Cell c = {{"model", model_names_[m]}, {"model_path", models_[m]},  {"text", text_names_[t]},
+            {"text_path", path},         {"task", kinds_[t]},        {"settings", column_settings(t)},
+            {"tasks", r.tasks},          {"correct", r.correct},     {"accuracy", r.accuracy},
+            {"accuracy_err", r.accuracy_err}, {"chance", r.chance},  {"seconds", r.seconds}};
+  write_text_file(cell_path(m, t), c.dump(1) + "\n");
+  kill_point("cell");
+  return c;
+}
+
 std::vector<Cell> Job::run() {
   // What is left, and an estimate of its chunks for the progress line.
   std::vector<std::vector<std::optional<Cell>>> done(models_.size());
   int64_t left = 0;
   for (size_t m = 0; m < models_.size(); ++m)
-    for (size_t t = 0; t < o_.texts.size(); ++t) {
+    for (size_t t = 0; t < columns(); ++t) {
       done[m].push_back(finished(m, t));
       left += !done[m].back();
     }
-  info(cat("eval: ", models_.size(), " models x ", o_.texts.size(), " texts, ", left, " of ",
-           models_.size() * o_.texts.size(), " cells to measure", has_base() ? cat(" (KLD against ", model_names_[0], ")") : ""));
+  info(cat("eval: ", models_.size(), " models x ", o_.texts.size(), " texts", o_.tasks.empty() ? "" : cat(" + ", o_.tasks.size(), " tasks"),
+           ", ", left, " of ", models_.size() * columns(), " cells to measure",
+           has_base() ? cat(" (KLD against ", model_names_[0], ")") : ""));
   std::unique_ptr<Backend> backend;
   for (size_t m = 0; m < models_.size(); ++m) {
     bool any = false;
@@ -176,12 +223,12 @@ std::vector<Cell> Job::run() {
         for (size_t t = 0; t < o_.texts.size(); ++t)
           if (!done[mm][t]) total_chunks_ += text_chunks_[t];
     }
-    for (size_t t = 0; t < o_.texts.size(); ++t) {
+    for (size_t t = 0; t < columns(); ++t) {
       if (done[m][t]) {
         info(cat(model_names_[m], " on ", text_names_[t], ": finished earlier (", cell_path(m, t), "), skipped"));
         continue;
       }
-      done[m][t] = measure(m, t, *model, *backend);
+      done[m][t] = is_task(t) ? measure_task(m, t, *model, *backend) : measure(m, t, *model, *backend);
     }
   }
   std::vector<Cell> cells;
@@ -192,6 +239,7 @@ std::vector<Cell> Job::run() {
   write_text_file((fs::path(o_.out_dir) / "eval.json").string(), all.dump(1) + "\n");
   write_text_file((fs::path(o_.out_dir) / "eval.csv").string(), cells_csv(cells));
   // One series per text: perplexity of each model, models along x in the order given.
+  if (o_.texts.empty()) return cells;  // tasks only: no perplexity to draw
   plot::XYChart chart;
   chart.title = "perplexity of each model on each text";
   chart.x_label = "model (1 = " + model_names_[0] + ")";
@@ -220,10 +268,13 @@ std::string cells_csv(const std::vector<Cell>& cells) {
   const char* cols[] = {"ppl", "ppl_err", "tokens_scored", "chunks", "seconds"};
   const char* kld_cols[] = {"mean", "mean_err", "median", "p99", "top1_agreement", "rounding_bound"};
   const char* paired_cols[] = {"delta_ln_ppl", "delta_ln_ppl_err", "delta_ppl", "delta_ppl_err"};
+  const char* task_cols[] = {"accuracy", "accuracy_err"};
   std::string o = "model,text";
   for (const char* c : cols) o += cat(",", c);
   for (const char* c : kld_cols) o += cat(",kld_", c);
   for (const char* c : paired_cols) o += cat(",", c);
+  o += ",task";
+  for (const char* c : task_cols) o += cat(",", c);
   o += "\n";
   // (appends one piece at a time: GCC 12 warns falsely about "," + std::string)
   auto field = [&o](const std::string& v) {
@@ -233,9 +284,11 @@ std::string cells_csv(const std::vector<Cell>& cells) {
   for (const Cell& c : cells) {
     o += c["model"].get<std::string>();
     field(c["text"].get<std::string>());
-    for (const char* k : cols) field(c[k].dump());
+    for (const char* k : cols) field(c.contains(k) && !c.contains("task") ? c[k].dump() : std::string());
     for (const char* k : kld_cols) field(c.contains("kld") ? c["kld"][k].dump() : std::string());
     for (const char* k : paired_cols) field(c.contains("paired") ? c["paired"][k].dump() : std::string());
+    field(c.contains("task") ? c["task"].get<std::string>() : std::string());
+    for (const char* k : task_cols) field(c.contains(k) ? c[k].dump() : std::string());
     o += '\n';
   }
   return o;

@@ -4,8 +4,8 @@
 // and every other cell reports its KLD and paired difference against them. Each finished cell
 // is its own JSON file (DIR/cells/MODEL@TEXT.json, written atomically), so a killed job resumes
 // where it stopped: a cell whose file exists, measured with the same settings, is skipped, and a
-// model whose cells are all finished is not even loaded. eval.csv, eval.json and eval.svg are
-// rewritten from all cells at the end.
+// model whose cells are all finished is not even loaded. eval.csv, eval.json and eval.svg (the
+// texts' perplexities; none without texts) are rewritten from all cells at the end.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -22,6 +22,10 @@ struct EvalOptions {
   int64_t ctx = 512, chunks = -1;
   // The base's layout (runtime/kld.h): every token in 16 bits for the first kl_chunks chunks.
   int64_t kl_top_k = 0, kl_chunks = 20;
+  // Task columns beside the texts: "multiple-choice:FILE", "hellaswag:FILE", "winogrande:FILE"
+  // (eval/tasks.h), each model's accuracy; the first task_limit tasks of each (-1: all).
+  std::vector<std::string> tasks;
+  int64_t task_limit = -1;
   std::string device = "cpu";
   int threads = 0;
 };
@@ -38,15 +42,17 @@ struct EvalEvents {
 };
 
 // One cell: {"model", "model_path", "text", "text_path", "settings", perplexity_json's fields,
-// "kld"/"paired" against the base (absent for the base itself and without one)}.
+// "kld"/"paired" against the base (absent for the base itself and without one)}; a task cell
+// {"model", "model_path", "text", "text_path", "task", "settings", "tasks", "correct", "accuracy",
+// "accuracy_err", "chance", "seconds"}.
 using Cell = nlohmann::ordered_json;
 
 // Runs the unfinished cells and returns every cell, base first, in model x text order.
 std::vector<Cell> run_eval(const EvalOptions& o, const EvalEvents& ev = {});
 
-// The table of the cells: one row per cell (model, text, ppl, ppl_err, tokens_scored, chunks, KLD
-// and paired columns when present, seconds); numbers written as the cells' JSON writes them, so
-// they read back to the same doubles.
+// The table of the cells: one row per cell (model, text, ppl, ppl_err, tokens_scored, chunks,
+// seconds, KLD and paired columns, task, accuracy, accuracy_err; empty where a cell has none);
+// numbers written as the cells' JSON writes them, so they read back to the same doubles.
 std::string cells_csv(const std::vector<Cell>& cells);
 
 }  // namespace bonsai::eval

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "datasets/choice_tasks.h"
 #include "eval/eval.h"
 #include "formats/text_file.h"
 #include "support.h"
@@ -39,4 +40,25 @@ TEST(Eval, CellsOfOtherSettingsAreNamedErrors) {
   write_text_file(cell, "{\"model\":");
   o.chunks = 2;
   test::expect_error([&] { run_eval(o); }, cell);
+}
+
+TEST(Eval, TaskColumnsScoreAsThePerplexityCommand) {
+  BONSAI_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+  const auto dir = test::scratch_dir();
+  std::vector<datasets::ChoiceTask> tasks = {
+      {"Once upon a time, there was a little girl named Lily. She liked to", {"play with her toys.", "zq xv kk qpz."}, 0},
+      {"Tom had a big red ball. He", {"qq zzkx vvj.", "liked to play with it."}, 1}};
+  write_text_file((dir / "mc.bin").string(), datasets::serialize_choice_tasks(tasks));
+  EvalOptions o;
+  o.models = {test::shared_file("models/stories260K/stories260K.gguf").string()};
+  o.tasks = {"multiple-choice:" + (dir / "mc.bin").string()};
+  o.out_dir = (dir / "out").string();
+  const auto cells = run_eval(o);
+  ASSERT_EQ(cells.size(), 1u);
+  EXPECT_EQ(cells[0]["task"], "multiple-choice");
+  EXPECT_EQ(cells[0]["tasks"], 2);
+  EXPECT_EQ(cells[0]["correct"], 2);
+  EXPECT_NE(read_text_file((dir / "out" / "eval.csv").string()).find(",multiple-choice,1.0,0.0"), std::string::npos);
+  o.tasks = {"choices:" + (dir / "mc.bin").string()};
+  EXPECT_NE(test::error_of([&] { run_eval(o); }).find("KIND:FILE"), std::string::npos);
 }
