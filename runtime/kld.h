@@ -5,8 +5,9 @@
 // The base run records, for every scored position, the log-probability of the token that follows
 // and its distribution in one of two layouts:
 // - every token (k = 0, the default): log p_v = lmax - code_v * step in 16 bits, step = (lmax -
-//   lmin) / 65535 with lmin clamped to lmax - 64 (a token below that has p < 1e-27). Each stored
-//   log-probability is within delta = step / 2 of the exact one, so after renormalising within
+//   lmin) / 65535 with lmin clamped to lmax - 64 (tokens below it are stored at lmax - 64: their
+//   mass, under n_vocab * e^-64 (1e-23 for 152k tokens), is left out of the bound below). Each
+//   stored log-probability is within delta = step / 2 of the exact one, so after renormalising within
 //   2 delta, and the KLD computed, sum_v p^_v (log p^_v - log q_v), is within
 //     eps * e^(2 delta) * (S + 2 delta) + eps^2,   eps = e^(2 delta) - 1,   S = sum_v p^_v |log p^_v - log q_v|
 //   of the exact one at that position (the first term bounds sum (p^ - p)(log p - log q), the
