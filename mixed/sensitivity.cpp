@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "datasets/window_sampler.h"
+#include "formats/byte_size.h"
 #include "formats/error.h"
 #include "formats/model_file.h"
 #include "formats/text_file.h"
@@ -266,7 +267,11 @@ SensitivityTable measure_sensitivity(const SensitivityOptions& o, const Sensitiv
   const std::string chunk_name = cat("calibration chunks (", o.chunks, " x ", o.ctx, " tokens, seed ", o.seed, ")");
   KldHeader kh;
   kh.n_vocab = model->cfg.n_vocab, kh.n_ctx = o.ctx, kh.k = o.top_k, kh.tokens_hash = hash_tokens(chunks.ids);
-  KldRecorder rec(kh, "");  // in memory: chunks x ctx/2 positions
+  // In memory: every comparison reads it (o.chunks x ctx/2 positions; 300 KB each for a 152k
+  // vocabulary in the every-token layout), said before the base run.
+  info(cat("base distributions: ", human_bytes(kld_base_bytes(kh, o.chunks, -1)), " in memory (",
+           o.top_k ? cat("top ", o.top_k) : std::string("every token, 16 bits"), ")"));
+  KldRecorder rec(kh, "");
   const KldRun base_run = perplexity_kld(*model, *backend, chunks.ids, po, chunk_name, &rec, -1, nullptr);
   const KldBase base = rec.finish(base_run.ppl.chunks, base_run.ppl.chunks);
   t.positions = base_run.ppl.tokens_scored;
