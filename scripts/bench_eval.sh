@@ -9,7 +9,8 @@
 # Usage: IK=/path/to/ik_llama.cpp/build/bin scripts/bench_eval.sh [OUT_DIR]
 #   env: BONSAI=build/cli/bonsai THREADS=2 PPL_REPS=1 PP_REPS=2 SHARED=../shared PTQ1=FILE (the stage-1 file;
 #        default: quantized here with the default plan) SKIP_PPL=1 / SKIP_PP=1
-# Writes OUT_DIR/times.tsv (every run: what, tool, file, seconds or tokens/s) and prints the table.
+# Writes OUT_DIR/times.tsv (every run: what, tool, file, seconds or tokens/s). The peer runs in
+# OUT_DIR (it writes its llama.log where it runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/bonsai-bench-eval}
@@ -38,11 +39,11 @@ if [ -z "${SKIP_PPL:-}" ]; then
   for r in $(seq "$PPL_REPS"); do
     for f in f32 q8_0; do
       echo -e "ppl\tbonsai\t$f\t$(secs "$BONSAI" perplexity -m "$out/zh-$f.gguf" -f "$T" -c 512 -t "$THREADS")" | tee -a "$tsv"
-      echo -e "ppl\tik\t$f\t$(secs "$IK/llama-perplexity" -m "$out/zh-$f.gguf" -f "$T" -c 512 -t "$THREADS")" | tee -a "$tsv"
+      echo -e "ppl\tik\t$f\t$(secs env -C "$out" "$IK/llama-perplexity" -m "$out/zh-$f.gguf" -f "$T" -c 512 -t "$THREADS")" | tee -a "$tsv"
     done
     echo -e "ppl\tbonsai\tptq1_0\t$(secs "$BONSAI" perplexity -m "$PTQ1" -f "$T" -c 512 -t "$THREADS")" | tee -a "$tsv"
     for q in iq1_bn iq2_bn; do
-      echo -e "ppl\tik\t$q\t$(secs "$IK/llama-perplexity" -m "$out/zh-$q.gguf" -f "$T" -c 512 -t "$THREADS")" | tee -a "$tsv"
+      echo -e "ppl\tik\t$q\t$(secs env -C "$out" "$IK/llama-perplexity" -m "$out/zh-$q.gguf" -f "$T" -c 512 -t "$THREADS")" | tee -a "$tsv"
     done
   done
 fi
@@ -58,7 +59,7 @@ if [ -z "${SKIP_PP:-}" ]; then
     [ -f "$f" ] || "$IK/llama-quantize" --token-embedding-type q8_0 --output-tensor-type q8_0 "$out/qwen3-1.7b-f16.gguf" "$f" $q "$THREADS" >/dev/null 2>&1
   done
   bonsai_pp() { "$BONSAI" bench -m "$1" -p 512 -n 1 -r 2 -t "$THREADS" --json | grep -o '"pp_tps":[0-9.e+-]*' | head -1 | cut -d: -f2; }
-  ik_pp() { "$IK/llama-bench" -m "$1" -p 512 -n 0 -r 2 -t "$THREADS" -o csv 2>/dev/null | tail -1 | awk -F, '{gsub(/"/,""); print $(NF-2)}'; }
+  ik_pp() { env -C "$out" "$IK/llama-bench" -m "$1" -p 512 -n 0 -r 2 -t "$THREADS" -o csv 2>/dev/null | tail -1 | awk -F, '{gsub(/"/,""); print $(NF-2)}'; }
   for r in $(seq "$PP_REPS"); do
     for t in f16 q8_0 q4_0; do
       echo -e "pp512\tbonsai\t$t\t$(bonsai_pp "$out/qwen3-1.7b-$t.gguf")" | tee -a "$tsv"
