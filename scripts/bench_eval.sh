@@ -19,10 +19,11 @@ IK=${IK:?IK must point at ik_llama.cpp build/bin (llama-perplexity, llama-bench,
 THREADS=${THREADS:-2}
 PPL_REPS=${PPL_REPS:-1}
 PP_REPS=${PP_REPS:-2}
-SHARED=${SHARED:-../shared}
+SHARED=$(cd "${SHARED:-../shared}" && pwd)  # absolute: the peer runs in OUT_DIR
 M=$SHARED/models/zh-tiny-qwen3
 T=$SHARED/corpora/zh/eval-debian-handbook-zh-CN.txt
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 tsv=$out/times.tsv
 echo "# commit $(git rev-parse --short HEAD), $(date -u +%FT%TZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $THREADS threads, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$tsv"
 secs() { /usr/bin/time -f %e "$@" 2>&1 >/dev/null | tail -1; }
