@@ -64,6 +64,13 @@ void print_residual(const quant::QuantizeResult& r) {
     std::printf("PQ2_0 tensors in PrismML's layout (type 142), no bonsai-only tensors\n");
 }
 
+// Bytes of the residual tensors: beside the plan's blocks in the file, so in every bits/weight.
+uint64_t residual_bytes(const quant::QuantizeResult& r) {
+  uint64_t n = 0;
+  for (const auto& e : r.errors) n += e.residual_bytes;
+  return n;
+}
+
 void print_summary(const quant::QuantizeResult& r, const std::string& out) {
   std::printf("\nstages:%*s peak RSS at its end   peak anonymous in it\n", 42, "");
   double total = 0;
@@ -74,10 +81,12 @@ void print_summary(const quant::QuantizeResult& r, const std::string& out) {
   }
   std::printf("  %-32s %9.2f s\n", "total", total);
   const auto& p = r.plan;
-  std::printf("wrote %s: %s (tensor data %s), %.4f bits/weight over all weights, %.4f over the block linear weights\n",
-              out.c_str(), human_bytes(double(r.file_bytes)).c_str(), human_bytes(double(p.total_bytes)).c_str(),
-              8.0 * double(p.total_bytes) / double(p.total_elems),
-              8.0 * double(p.block_linear_bytes) / double(p.block_linear_elems));
+  const uint64_t rc = residual_bytes(r);
+  std::printf("wrote %s: %s (tensor data %s), %.4f bits/weight over all weights, %.4f over the block linear weights%s\n",
+              out.c_str(), human_bytes(double(r.file_bytes)).c_str(), human_bytes(double(p.total_bytes + rc)).c_str(),
+              8.0 * double(p.total_bytes + rc) / double(p.total_elems),
+              8.0 * double(p.block_linear_bytes + rc) / double(p.block_linear_elems),
+              rc > 0 ? " (residual codebooks included)" : "");
   if (r.predicted_device_bytes > 0)
     std::printf("GPU: peak %s used by the job (free memory sampled at block ends and at gptq's peaks), predicted %s\n",
                 human_bytes(double(r.peak_device_bytes)).c_str(), human_bytes(double(r.predicted_device_bytes)).c_str());
@@ -134,8 +143,9 @@ void print_summary_json(const quant::QuantizeResult& r, const quant::QuantizeOpt
               {"tune_steps", o.method_opts.tune_steps},
               {"tune_lr", o.method_opts.tune_lr},
               {"file_bytes", r.file_bytes},
-              {"bpw_all", 8.0 * double(p.total_bytes) / double(p.total_elems)},
-              {"bpw_block_linear", 8.0 * double(p.block_linear_bytes) / double(p.block_linear_elems)},
+              {"bpw_all", 8.0 * double(p.total_bytes + residual_bytes(r)) / double(p.total_elems)},
+              {"bpw_block_linear", 8.0 * double(p.block_linear_bytes + residual_bytes(r)) / double(p.block_linear_elems)},
+              {"residual_bytes", residual_bytes(r)},
               {"seconds", total},
               {"stages", stages},
               {"stage_peak_rss_bytes", stage_rss},
@@ -183,7 +193,11 @@ int run(const std::vector<std::string>& args) {
       "tune: Adam steps from optimal's result (0: optimal's result as is)")(
       "tune-lr", po::value<double>()->default_value(quant::MethodOptions{}.tune_lr), "tune: Adam's learning rate")(
       "residual", po::value<std::string>()->default_value("none"),
-      "stage-2 residual codebooks on the ternary tensors: none (a pure PrismML PQ2_0 file), kmeans or pattern")(
+      "stage-2 residual codebooks on the ternary tensors: none (a pure PrismML PQ2_0 file), kmeans or pattern. "
+      "kmeans with gptq and --type pq2_0 fits the codebook with the base in the output metric (base codes and "
+      "residual indices chosen in one GPTQ column loop; docs/results.md has the measured sizes and perplexities). "
+      "A residual adds about ceil(log2 K)/V bits per weight and loads only in bonsai; on zh-tiny it beats the grid "
+      "alone but `bonsai plan --budget` spends the same bits better, hence the default none")(
       "rc-dim", po::value<int64_t>()->default_value(8), "kmeans: inputs per sub-vector v (divides 128)")(
       "rc-size", po::value<int64_t>()->default_value(16), "kmeans: centroids per codebook K (2..65536)")(
       "rc-rows", po::value<int64_t>()->default_value(0), "kmeans: rows per codebook G (divides each tensor's rows; 0 = all)")(

@@ -5,6 +5,7 @@
 
 #include "formats/error.h"
 #include "quantize/grid4.h"
+#include "quantize/residual_joint.h"
 #include "quantize/rotate.h"
 
 namespace bonsai::quant {
@@ -33,13 +34,43 @@ std::vector<float> quantize_ternary_matrix(const Tensor& like, const MatrixIn& i
                                            const TernaryMatrix* start) {
   TernaryMatrix q = start ? *start : quantize_ternary(in, m, mo);
   if (tp.type == TypeId::PQ2_0) q = stage2_grid(in, m, mo, std::move(q), err);
-  const std::vector<uint8_t> packed = q.pack(tp.type);
-  if (packed.size() != nbytes)
-    throw Error(cat("packing '", like.name, "' as ", traits(tp.type).name, " gave ", packed.size(), " bytes, expected ",
-                    nbytes));
-  std::copy(packed.begin(), packed.end(), data);
+  auto store = [&](const TernaryMatrix& t) {
+    const std::vector<uint8_t> packed = t.pack(tp.type);
+    if (packed.size() != nbytes)
+      throw Error(cat("packing '", like.name, "' as ", traits(tp.type).name, " gave ", packed.size(),
+                      " bytes, expected ", nbytes));
+    std::copy(packed.begin(), packed.end(), data);
+  };
+  auto keep = [&](const ResidualFit& fit) {
+    Tensor base = like;
+    base.type = tp.type;
+    base.data = data;
+    base.nbytes = nbytes;
+    for (Tensor& t : fit.tensors(base, owner)) extra->push_back(std::move(t));
+    if (err) err->residual_bytes = fit.bytes();
+  };
   std::vector<float> w_hat = q.dequantize();
-  if (rc.kind == ResidualKind::none || !extra) return w_hat;
+  const bool residual = rc.kind != ResidualKind::none && extra;
+  if (residual && rc.kind == ResidualKind::kmeans && tp.type == TypeId::PQ2_0 && in.gram) {
+    // With a Gram matrix the residual is fitted with the base, in the output metric
+    // (quantize/residual_joint.h); kept only where it beats the grid alone.
+    const double e0 = relative_output_error(in, w_hat);
+    if (err) err->grid_error = e0;
+    JointFit jf = fit_joint_residual(in, mo, rc, q);
+    if (jf.error < e0) {
+      store(jf.base);
+      keep(jf.residual);
+      std::vector<float> with = jf.base.dequantize();
+      const std::vector<float> r = residual_values(jf.residual, in.rows, in.cols);
+      for (size_t i = 0; i < with.size(); ++i) with[i] += r[i];
+      return with;
+    }
+    if (info) info(cat("note: the residual of '", like.name, "' does not lower its output error: not stored"));
+    store(q);
+    return w_hat;
+  }
+  store(q);
+  if (!residual) return w_hat;
   // Kept only where it lowers the output error (a tensor without one is valid: the runtime looks
   // residuals up per weight).
   const double e0 = relative_output_error(in, w_hat);
@@ -48,12 +79,7 @@ std::vector<float> quantize_ternary_matrix(const Tensor& like, const MatrixIn& i
   std::vector<float> with = residual_values(fit, in.rows, in.cols);
   for (size_t i = 0; i < with.size(); ++i) with[i] += w_hat[i];
   if (relative_output_error(in, with) < e0) {
-    Tensor base = like;
-    base.type = tp.type;
-    base.data = data;
-    base.nbytes = nbytes;
-    for (Tensor& t : fit.tensors(base, owner)) extra->push_back(std::move(t));
-    if (err) err->residual_bytes = fit.bytes();
+    keep(fit);
     return with;
   }
   if (info) info(cat("note: the residual of '", like.name, "' does not lower its output error: not stored"));
