@@ -50,38 +50,33 @@ std::vector<float> quantize_ternary_matrix(const Tensor& like, const MatrixIn& i
     if (err) err->residual_bytes = fit.bytes();
   };
   std::vector<float> w_hat = q.dequantize();
-  const bool residual = rc.kind != ResidualKind::none && extra;
-  if (residual && rc.kind == ResidualKind::kmeans && tp.type == TypeId::PQ2_0 && in.gram) {
-    // With a Gram matrix the residual is fitted with the base, in the output metric
-    // (quantize/residual_joint.h); kept only where it beats the grid alone.
-    const double e0 = relative_output_error(in, w_hat);
-    if (err) err->grid_error = e0;
-    JointFit jf = fit_joint_residual(in, mo, rc, q);
-    if (jf.error < e0) {
-      store(jf.base);
-      keep(jf.residual);
-      std::vector<float> with = jf.base.dequantize();
-      const std::vector<float> r = residual_values(jf.residual, in.rows, in.cols);
-      for (size_t i = 0; i < with.size(); ++i) with[i] += r[i];
-      return with;
-    }
-    if (info) info(cat("note: the residual of '", like.name, "' does not lower its output error: not stored"));
+  if (rc.kind == ResidualKind::none || !extra) {
     store(q);
     return w_hat;
   }
-  store(q);
-  if (!residual) return w_hat;
   // Kept only where it lowers the output error (a tensor without one is valid: the runtime looks
-  // residuals up per weight).
+  // residuals up per weight). With a Gram matrix the kmeans residual is fitted with the base, in
+  // the output metric (quantize/residual_joint.h), so the base may change with it.
   const double e0 = relative_output_error(in, w_hat);
   if (err) err->grid_error = e0;
-  const ResidualFit fit = fit_residual(in, w_hat, rc);
-  std::vector<float> with = residual_values(fit, in.rows, in.cols);
-  for (size_t i = 0; i < with.size(); ++i) with[i] += w_hat[i];
+  TernaryMatrix base = q;
+  ResidualFit fit;
+  if (rc.kind == ResidualKind::kmeans && tp.type == TypeId::PQ2_0 && in.gram) {
+    JointFit jf = fit_joint_residual(in, mo, rc, q);
+    base = std::move(jf.base);
+    fit = std::move(jf.residual);
+  } else {
+    fit = fit_residual(in, w_hat, rc);
+  }
+  std::vector<float> with = base.dequantize();
+  const std::vector<float> r = residual_values(fit, in.rows, in.cols);
+  for (size_t i = 0; i < with.size(); ++i) with[i] += r[i];
   if (relative_output_error(in, with) < e0) {
+    store(base);
     keep(fit);
     return with;
   }
+  store(q);
   if (info) info(cat("note: the residual of '", like.name, "' does not lower its output error: not stored"));
   return w_hat;
 }
